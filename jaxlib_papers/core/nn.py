@@ -1,0 +1,80 @@
+"""Shared flax (linen) modules: sinusoidal time embedding, MLPs, a time-conditioned MLP.
+
+The suite uses flax.linen throughout: parameters are plain pytrees, which is what the
+pure-function kernels take and return (``model.apply(params, ...)``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+
+class SinusoidalEmbedding(nn.Module):
+  """Transformer-style embedding of a scalar time: ``t: [...] -> [..., dim]``."""
+
+  dim: int
+  max_period: float = 10_000.0
+  scale: float = 1000.0  # times in [0, 1] are spread over the frequencies like indices
+
+  @nn.compact
+  def __call__(self, t: jax.Array) -> jax.Array:
+    half = self.dim // 2
+    freqs = jnp.exp(-math.log(self.max_period) * jnp.arange(half, dtype=jnp.float32) / half)
+    args = self.scale * jnp.asarray(t, jnp.float32)[..., None] * freqs
+    emb = jnp.concatenate([jnp.sin(args), jnp.cos(args)], axis=-1)
+    if self.dim % 2:
+      emb = jnp.concatenate([emb, jnp.zeros_like(emb[..., :1])], axis=-1)
+    return emb
+
+
+class MLP(nn.Module):
+  """``x: [..., d_in] -> [..., features[-1]]``; activation between layers, none after.
+
+  Attributes:
+    features: widths of the layers, last one is the output size.
+    activation: nonlinearity between layers.
+    zero_init_last: zero the last layer (a head that starts as the identity/zero map).
+  """
+
+  features: Sequence[int]
+  activation: Callable[[jax.Array], jax.Array] = nn.silu
+  zero_init_last: bool = False
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    for i, width in enumerate(self.features):
+      last = i == len(self.features) - 1
+      init = nn.initializers.zeros if (last and self.zero_init_last) else nn.linear.default_kernel_init
+      x = nn.Dense(width, kernel_init=init)(x)
+      if not last:
+        x = self.activation(x)
+    return x
+
+
+class TimeMLP(nn.Module):
+  """A vector field ``v(x, t)``: ``x: [..., D], t: [...] or [] -> [..., out_dim]``.
+
+  ``x`` goes through a ``depth``-layer MLP and ``t`` through a sinusoidal embedding and
+  an MLP; the two are summed, passed through the activation and a final MLP.
+  """
+
+  out_dim: int
+  hidden: int = 128
+  depth: int = 3
+  time_embed_dim: int = 128
+  activation: Callable[[jax.Array], jax.Array] = nn.silu
+  zero_init_last: bool = False
+
+  @nn.compact
+  def __call__(self, x: jax.Array, t: jax.Array) -> jax.Array:
+    t = jnp.broadcast_to(jnp.asarray(t, x.dtype), x.shape[:-1])
+    t_emb = SinusoidalEmbedding(self.time_embed_dim)(t)
+    t_feat = MLP((self.hidden, self.hidden), self.activation)(t_emb)
+    x_feat = MLP((self.hidden,) * self.depth, self.activation)(x)
+    h = self.activation(x_feat + t_feat)
+    return MLP((self.hidden, self.out_dim), self.activation, self.zero_init_last)(h)

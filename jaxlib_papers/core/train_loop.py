@@ -1,0 +1,208 @@
+"""One training loop for every method: mesh, jit, checkpoints, metrics, progress, resume.
+
+A kernel is any object with two pure functions (see :class:`TrainKernel`); the loop never
+looks inside the state. It
+
+* builds one mesh over all devices, replicates the state and shards each batch's leading
+  axis on ``data``, and jits ``train_step`` with those shardings and the state donated;
+* prints progress (step, loss, steps/s, ETA) on process 0 and writes every step's metrics
+  to ``workdir/metrics.jsonl`` and TensorBoard;
+* checkpoints with orbax every ``loop.checkpoint_every`` steps and at the end, and
+  resumes from the latest checkpoint of ``workdir``; a checkpoint written under another
+  config is refused with the keys that differ;
+* stops on a NaN/Inf loss with the step that produced it. The loss is checked before any
+  checkpoint is written, so the last checkpoint on disk is always a good one.
+
+Resumption is exact (same final state as an uninterrupted run) because the state holds
+the PRNG key and ``data(step)`` depends on the step only.
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
+
+import jax
+import ml_collections
+import numpy as np
+
+from jaxlib_papers.core import config as config_lib
+from jaxlib_papers.core import distributed
+
+PyTree = Any
+
+
+class TrainKernel(Protocol):
+  """What :func:`run` needs from a method.
+
+  ``init(key) -> state`` and ``train_step(state, batch) -> (state, metrics)``; both pure,
+  no jit inside. ``metrics`` is a dict of scalar arrays containing ``"loss"``.
+  """
+
+  def init(self, key: jax.Array) -> PyTree: ...
+
+  def train_step(self, state: PyTree, batch: PyTree) -> tuple[PyTree, dict[str, jax.Array]]: ...
+
+
+class TrainResult(NamedTuple):
+  state: PyTree                      # final train state (replicated on the mesh)
+  history: list[dict[str, float]]    # one row per step run in this call: {"step", metrics...}
+  resumed_from: int | None           # checkpoint step this call started from, if any
+
+
+def _format_seconds(seconds: float) -> str:
+  if not math.isfinite(seconds):
+    return "?"
+  seconds = int(round(seconds))
+  return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def _loop_settings(config: ml_collections.ConfigDict) -> tuple[int, int, int]:
+  if "loop" not in config:
+    raise ValueError("config.loop is missing: expected loop.num_steps (and optionally "
+                     "loop.log_every, loop.checkpoint_every)")
+  loop = config.loop
+  num_steps = int(loop.num_steps)
+  if num_steps < 0:
+    raise ValueError(f"config.loop.num_steps must be >= 0; got {num_steps}")
+  log_every = int(loop.get("log_every", 100) or num_steps or 1)
+  checkpoint_every = int(loop.get("checkpoint_every", num_steps) or num_steps or 1)
+  if log_every <= 0 or checkpoint_every <= 0:
+    raise ValueError("config.loop.log_every and loop.checkpoint_every must be positive; "
+                     f"got {log_every} and {checkpoint_every}")
+  return num_steps, log_every, checkpoint_every
+
+
+def run(
+    kernel: TrainKernel,
+    data: Callable[[int], PyTree] | None,
+    config: ml_collections.ConfigDict,
+    workdir: str | pathlib.Path | None,
+    *,
+    mesh: jax.sharding.Mesh | None = None,
+    name: str = "train",
+) -> TrainResult:
+  """Trains ``kernel`` for ``config.loop.num_steps`` steps (resuming when possible).
+
+  Args:
+    kernel: ``init`` and ``train_step`` pure functions (see :class:`TrainKernel`).
+    data: ``data(step) -> batch`` (host arrays, leading global-batch axis divisible by the
+      device count, deterministic in ``step``), or None when the kernel needs no batch.
+    config: a ConfigDict with ``seed`` and ``loop.{num_steps, log_every,
+      checkpoint_every}``; everything outside ``loop`` must match to resume.
+    workdir: folder for checkpoints and metrics, or None to run in memory.
+    mesh: defaults to one ``data`` mesh over all devices.
+    name: prefix of the progress lines.
+
+  Returns:
+    A :class:`TrainResult`.
+
+  Raises:
+    ValueError: bad loop settings, a batch not divisible by the device count, or a
+      workdir holding a checkpoint of a different config.
+    FloatingPointError: the loss became NaN or Inf (the message names the step).
+  """
+  num_steps, log_every, checkpoint_every = _loop_settings(config)
+  if "seed" not in config:
+    raise ValueError("config.seed is missing")
+  mesh = distributed.make_mesh() if mesh is None else mesh
+  replicated = distributed.replicated(mesh)
+  batch_sharding = distributed.data_sharding(mesh)
+  main = distributed.is_main_process()
+  verbose = main and not bool(config.loop.get("quiet", False))
+
+  init_fn = jax.jit(kernel.init, out_shardings=replicated)
+  state = init_fn(jax.random.key(int(config.seed)))
+  start = 0
+  resumed_from = None
+  checkpointer = writer = None
+  fingerprint = config_lib.fingerprint(config)
+
+  if workdir is not None:
+    from jaxlib_papers.core import checkpoint as checkpoint_lib  # pylint: disable=g-import-not-at-top
+    from jaxlib_papers.core import writers  # pylint: disable=g-import-not-at-top
+    workdir = pathlib.Path(workdir)
+    checkpointer = checkpoint_lib.Checkpointer(workdir / "checkpoints")
+    latest = checkpointer.latest_step()
+    if latest is not None:
+      record = checkpointer.read_record(latest)
+      if record.get("config") != fingerprint:
+        changes = config_lib.diff(record.get("config", {}), fingerprint)
+        checkpointer.close()
+        raise ValueError(
+            f"workdir {str(workdir)!r} holds a checkpoint (step {latest}) of a different "
+            f"config; differing keys: {'; '.join(changes[:10]) or '?'}. Use a new "
+            "--workdir, or rerun with the original config to resume.")
+      state, _ = checkpointer.restore(latest, state)
+      start = resumed_from = latest
+      if verbose:
+        print(f"[{name}] resumed from {workdir / 'checkpoints'} at step {latest}", flush=True)
+    if main:
+      writer = writers.MetricWriter(workdir, resume_step=resumed_from)
+
+  step_fn = jax.jit(
+      kernel.train_step,
+      in_shardings=(replicated, batch_sharding),
+      out_shardings=(replicated, replicated),
+      donate_argnums=(0,))
+
+  history: list[dict[str, float]] = []
+  pending: list[tuple[int, dict[str, jax.Array]]] = []
+  last_saved = start
+  interval_start, interval_steps = time.perf_counter(), 0
+
+  def flush_pending() -> None:
+    rows = jax.device_get(pending)
+    pending.clear()
+    for done, metrics in rows:
+      loss = float(np.asarray(metrics["loss"]))
+      if not math.isfinite(loss):
+        where = (f"last good checkpoint: step {last_saved} in {checkpointer.directory}"
+                 if checkpointer is not None and last_saved else "no checkpoint written")
+        raise FloatingPointError(
+            f"[{name}] loss became {loss} at step {done}; stopping ({where}).")
+      row = {"step": done, **{k: float(np.asarray(v)) for k, v in metrics.items()}}
+      history.append(row)
+      if writer is not None:
+        writer.write(done, {k: v for k, v in row.items() if k != "step"})
+
+  try:
+    for step in range(start, num_steps):
+      batch = None
+      if data is not None:
+        batch = distributed.shard_batch(data(step), mesh)
+      state, metrics = step_fn(state, batch)
+      done = step + 1
+      interval_steps += 1
+      pending.append((done, metrics))
+      is_log = done % log_every == 0 or done == num_steps
+      is_ckpt = done % checkpoint_every == 0 or done == num_steps
+      if not (is_log or is_ckpt):
+        continue
+      flush_pending()  # raises on NaN before anything is saved
+      if is_log and verbose:
+        now = time.perf_counter()
+        rate = interval_steps / max(now - interval_start, 1e-9)
+        interval_start, interval_steps = now, 0
+        eta = (num_steps - done) / rate if rate > 0 else float("inf")
+        extra = " | ".join(f"{k} {v:.4g}" for k, v in history[-1].items()
+                           if k not in ("step", "loss"))
+        print(f"[{name}] step {done}/{num_steps} | loss {history[-1]['loss']:.5g} | "
+              f"{rate:.3g} steps/s | ETA {_format_seconds(eta)}"
+              + (f" | {extra}" if extra else ""), flush=True)
+      if is_ckpt and checkpointer is not None:
+        checkpointer.save(done, state, {
+            "step": done, "config": fingerprint,
+            "metrics": {k: v for k, v in history[-1].items() if k != "step"}})
+        last_saved = done
+    if pending:
+      flush_pending()
+  finally:
+    if writer is not None:
+      writer.close()
+    if checkpointer is not None:
+      checkpointer.close()
+  return TrainResult(state=state, history=history, resumed_from=resumed_from)

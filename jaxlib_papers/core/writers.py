@@ -1,0 +1,73 @@
+"""Metric writers: JSONL always, TensorBoard event files when tensorboardX is present."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+from collections.abc import Mapping
+
+
+class MetricWriter:
+  """Appends ``{"step": s, **scalars}`` rows to ``metrics.jsonl`` and TensorBoard.
+
+  Args:
+    workdir: folder of ``metrics.jsonl`` and ``tensorboard/``.
+    resume_step: when resuming from a checkpoint at this step, rows written after it by
+      the interrupted run are dropped (they are about to be recomputed), so the file
+      reads like one uninterrupted run.
+  """
+
+  def __init__(self, workdir: str | pathlib.Path, resume_step: int | None = None):
+    self.workdir = pathlib.Path(workdir)
+    self.workdir.mkdir(parents=True, exist_ok=True)
+    self.path = self.workdir / "metrics.jsonl"
+    if resume_step is not None and self.path.exists():
+      self._truncate_after(resume_step)
+    self._file = open(self.path, "a", encoding="utf-8")
+    try:
+      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+      self._tb = SummaryWriter(
+          str(self.workdir / "tensorboard"), purge_step=resume_step, flush_secs=30)
+    except ImportError:  # pragma: no cover - tensorboardX is an install requirement
+      self._tb = None
+
+  def _truncate_after(self, step: int) -> None:
+    kept = []
+    with open(self.path, encoding="utf-8") as f:
+      for line in f:
+        try:
+          if json.loads(line).get("step", 0) <= step:
+            kept.append(line)
+        except json.JSONDecodeError:
+          break  # a row cut by the kill: drop it and everything after
+    tmp = self.path.with_suffix(".jsonl.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+      f.writelines(kept)
+    os.replace(tmp, self.path)
+
+  def write(self, step: int, scalars: Mapping[str, float]) -> None:
+    row = {"step": int(step)}
+    row.update({k: float(v) for k, v in scalars.items()})
+    self._file.write(json.dumps(row, allow_nan=True) + "\n")
+    if self._tb is not None:
+      for name, value in scalars.items():
+        if math.isfinite(float(value)):
+          self._tb.add_scalar(name, float(value), int(step))
+
+  def flush(self) -> None:
+    self._file.flush()
+    if self._tb is not None:
+      self._tb.flush()
+
+  def close(self) -> None:
+    self.flush()
+    self._file.close()
+    if self._tb is not None:
+      self._tb.close()
+
+
+def read_jsonl(path: str | pathlib.Path) -> list[dict[str, float]]:
+  with open(path, encoding="utf-8") as f:
+    return [json.loads(line) for line in f if line.strip()]

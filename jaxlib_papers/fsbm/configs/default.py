@@ -1,0 +1,86 @@
+"""FSBM configs: ``get_config(preset)`` for smoke | cpu | full (S-tunnel default).
+
+Other tasks: ``--config.task=vneck --config.tau=10`` etc., or :func:`task_config`.
+CondSOC learning rates act per pair as lr / csoc.mB (the official loss is a
+mean over a micro-batch of mB pairs); we keep the official lr and mB at every
+preset so each pair takes the official step size whatever the number of pairs B.
+"""
+
+from __future__ import annotations
+
+from jaxlib_papers.core import config as config_lib
+
+# Official per-task settings (brief table).
+TASK_DEFAULTS = {
+    "stunnel": {"sigma": 1.0, "tau": 100.0, "csoc.T_mean": 15, "csoc.T_gamma": 30,
+                "csoc.lr_mean": 0.2, "csoc.lr_gamma": 0.1, "csoc.mB": 1024},
+    "vneck": {"sigma": 1.0, "tau": 10.0, "csoc.T_mean": 15, "csoc.T_gamma": 30,
+              "csoc.lr_mean": 0.3, "csoc.lr_gamma": 0.2, "csoc.mB": 256},
+    "opinion": {"sigma": 0.5, "tau": 10.0, "csoc.T_mean": 30, "csoc.T_gamma": 30,
+                "csoc.lr_mean": 0.03, "csoc.lr_gamma": 0.02, "csoc.mB": 256},
+}
+
+BASE = {
+    "seed": 0,
+    "task": "stunnel",
+    "dim": 2,
+    "sigma": 1.0,
+    "tau": 100.0,
+    # Keypoints: "" -> generated (tasks.generate_keypoints); else a .npy [K, S, D].
+    "keypoints_path": "",
+    "num_keypoints": 100,      # generated keypoints
+    "num_feedback": 80,        # used as feedback; the rest is held out (-1: all)
+    "batch_size": 256,         # B endpoint pairs per alternation
+    "csoc": {
+        "T_mean": 15, "T_gamma": 30, "S": 100, "N": 4,
+        "lr_mean": 0.2, "lr_gamma": 0.1, "num_iters": 300, "mB": 1024,
+        "momentum": 0.0,
+    },
+    "match": {"steps": 1500, "batch_size": 64, "lr": 1e-3, "weight_decay": 0.0,
+              "ema_decay": 0.999},
+    "model": {"hidden": 128},
+    "num_sim_steps": 1000,     # Euler-Maruyama steps (nfe)
+    "latents": {"source_path": "", "target_path": ""},
+    "eval": {"num_samples": 1000},
+    "loop": {"num_steps": 5, "log_every": 1, "checkpoint_every": 1},
+}
+
+OVERRIDES = {
+    "smoke": {
+        "batch_size": 64, "csoc.S": 50, "csoc.num_iters": 60,
+        "match.steps": 300, "num_sim_steps": 200, "loop.num_steps": 3,
+        "eval.num_samples": 256, "num_keypoints": 40, "num_feedback": 32,
+    },
+    "cpu": {},
+    "full": {
+        "batch_size": 2560, "csoc.num_iters": 1000, "match.steps": 4000,
+        "loop.num_steps": 20, "eval.num_samples": 2560,
+    },
+}
+
+
+def get_config(preset: str = "smoke"):
+  return config_lib.make_config(preset, BASE, OVERRIDES)
+
+
+def task_config(task: str, preset: str = "smoke", **overrides):
+  """Config of ``task`` with the official per-task settings, then ``overrides``.
+
+  Args:
+    task: "stunnel" | "vneck" | "opinion" | "latents".
+    overrides: dotted keys ("csoc.num_iters") -> values.
+  """
+  config = get_config(preset)
+  if task not in TASK_DEFAULTS and task != "latents":
+    raise ValueError(f"task must be one of {sorted(TASK_DEFAULTS) + ['latents']}, got {task!r}")
+  with config.unlocked():
+    config.task = task
+    for dotted, value in {**TASK_DEFAULTS.get(task, {}), **overrides}.items():
+      node = config
+      *parents, leaf = dotted.split(".")
+      for name in parents:
+        node = node[name]
+      if leaf not in node:
+        raise KeyError(f"unknown config key {dotted!r}")
+      node[leaf] = value
+  return config

@@ -1,0 +1,420 @@
+"""FSBM kernels: CondSOC (R-step), bridge matching (M-step), sampling, alternation.
+
+Every function is pure and jit-free; `core.train_loop` (or a test) jits them.
+Shapes: B endpoint pairs, D state dims, N noise draws per pair, S CondSOC grid
+points, T = T_mean mean knots, M the M-step batch.
+
+One alternation (``alternate``) is one compiled program:
+  1. endpoint pairs: round 0 uses independent (x0, x1) with straight-line mean
+     knots; round k >= 1 simulates the EMA model of the other direction
+     (k odd: forward from x0, k even: backward from x1) and takes its path at
+     the T_mean knot times;
+  2. R-step: the CondSOC solve over all B pairs at once (vmap over pairs,
+     lax.scan over SGD iterations), anchored at the simulated direction;
+  3. M-step: a lax.scan of AdamW + EMA steps regressing the trained
+     direction's network (round 0 and even rounds: forward, odd: backward) on
+     the fitted paths' drifts.
+tau is a traced argument, so tau = 0 (the unguided DSBM-like baseline) runs
+through the very same program.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.typing import ArrayLike
+
+from jaxlib_papers.core import sde
+from jaxlib_papers.fsbm import feedback
+from jaxlib_papers.fsbm import gpath
+from jaxlib_papers.fsbm import models
+
+PyTree = Any
+# f(t [S] or [], x [..., D]) -> [..., D]: the reference (base) drift; None = 0.
+BaseDrift = Callable[[jax.Array, jax.Array], jax.Array] | None
+
+
+# ----------------------------------------------------------------------------
+# CondSOC (R-step)
+# ----------------------------------------------------------------------------
+
+
+class CondSOCSettings(NamedTuple):
+  """Static CondSOC settings (hashable, closed over by the kernels)."""
+
+  sigma: float
+  num_mean_knots: int       # T_mean
+  num_gamma_knots: int      # T_gamma
+  num_steps: int            # S, time grid size (= keypoint grid size)
+  num_noise: int            # N, paths per pair per iteration
+  lr_mean: float
+  lr_gamma: float
+  num_iters: int
+  micro_batch: int          # mB: the official loss is a mean over mB pairs
+  momentum: float = 0.0
+  eps: float = 1e-3         # grid = linspace(eps, 1 - eps, S)
+
+
+def time_grid(settings: CondSOCSettings, dtype=jnp.float32) -> jax.Array:
+  """[S] CondSOC time grid linspace(eps, 1 - eps, S)."""
+  return jnp.linspace(settings.eps, 1.0 - settings.eps, settings.num_steps,
+                      dtype=dtype)
+
+
+def condsoc_pair_loss(params: gpath.PathParams, x0: jax.Array, x1: jax.Array,
+                      noise: jax.Array, *, sigma: float, t: jax.Array,
+                      sign: ArrayLike, tau: ArrayLike, keypoints: jax.Array,
+                      inv_std: jax.Array, base_drift: BaseDrift = None):
+  """CondSOC objective of one pair, a mean over its N paths and S times.
+
+  L = mean_{n,t} [ ||u_t||^2 / (2 sigma^2) + tau |<grad G, u_t>| + tau sum_d (H 1)_d ]
+  with u_t the path drift minus the signed base drift.
+
+  Args:
+    params: the pair's spline parameters.
+    x0, x1: [D] endpoints.
+    noise: [N, S, D] standard normals.
+    sigma: diffusion coefficient.
+    t: [S] time grid (must match the keypoint grid).
+    sign: +1.0 forward / -1.0 backward (traced is fine).
+    tau: feedback weight (traced is fine; 0 gives the unguided objective).
+    keypoints: [K, S, D] aligned trajectories.
+    inv_std: [S, D] from ``feedback.keypoint_inv_std``.
+    base_drift: optional reference drift f(t, x).
+
+  Returns:
+    (loss [], aux dict of [] scalars: control, feedback, divergence).
+  """
+  x, u = gpath.sample_and_drift(params, x0, x1, sigma, t, noise, sign)
+  if base_drift is not None:
+    u = u - sign * base_drift(t[None, :], x)
+  control = jnp.sum(u**2, axis=-1) / (2.0 * sigma**2)                  # [N, S]
+  ref_index = jnp.where(jnp.asarray(sign) > 0, 0, t.shape[0] - 1)
+  _, grad_g, hess_ones = jax.vmap(
+      lambda xn: feedback.feedback_terms(xn, keypoints, inv_std, ref_index))(x)
+  guide = jnp.abs(jnp.sum(grad_g * u, axis=-1))                       # [N, S]
+  divergence = jnp.sum(hess_ones, axis=-1)                            # [N, S]
+  loss = jnp.mean(control + tau * guide + tau * divergence)
+  aux = dict(control=jnp.mean(control), feedback=jnp.mean(guide),
+             divergence=jnp.mean(divergence))
+  return loss, aux
+
+
+def condsoc_optimizer(settings: CondSOCSettings) -> optax.GradientTransformation:
+  """SGD with separate learning rates for the mean and std knots."""
+  return optax.multi_transform(
+      {"mean": optax.sgd(settings.lr_mean, momentum=settings.momentum or None),
+       "gamma": optax.sgd(settings.lr_gamma, momentum=settings.momentum or None)},
+      gpath.PathParams(mean_knots="mean", gamma_knots="gamma"))
+
+
+def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
+                  key: jax.Array, *, settings: CondSOCSettings,
+                  sign: ArrayLike, tau: ArrayLike, keypoints: jax.Array,
+                  inv_std: jax.Array, base_drift: BaseDrift = None):
+  """Fits one Gaussian path per endpoint pair: one program for all B pairs.
+
+  The per-pair losses are summed and divided by ``settings.micro_batch``, so
+  each pair's gradient (and hence its SGD step) is exactly what the official
+  code gives with micro-batches of mB pairs, independently of B and of how the
+  pairs are sharded. Noise for pair b at iteration i is drawn from
+  fold_in(split(key, B)[b], i), also independent of sharding.
+
+  Args:
+    x0, x1: [B, D] endpoints.
+    mean_path: [B, T_mean, D] initial mean knots (endpoints must equal x0/x1).
+    key: PRNG key.
+    settings: CondSOC settings.
+    sign: +1.0 forward / -1.0 backward anchoring.
+    tau: feedback weight.
+    keypoints: [K, S, D]; inv_std: [S, D].
+    base_drift: optional reference drift.
+
+  Returns:
+    (params: PathParams with leading B axis, losses: [num_iters] mean per-pair
+    loss at each iteration, before its update).
+  """
+  chex.assert_rank([x0, x1, mean_path], [2, 2, 3])
+  num_pairs, dim = x0.shape
+  chex.assert_shape(mean_path, (num_pairs, settings.num_mean_knots, dim))
+  t = time_grid(settings, x0.dtype)
+  params = jax.vmap(lambda p: gpath.init_params(p, settings.num_gamma_knots))(
+      mean_path)
+  tx = condsoc_optimizer(settings)
+  opt_state = tx.init(params)
+  pair_keys = jax.random.split(key, num_pairs)
+  noise_shape = (settings.num_noise, settings.num_steps, dim)
+
+  def objective(p, it):
+    noise = jax.vmap(lambda k: jax.random.normal(
+        jax.random.fold_in(k, it), noise_shape, x0.dtype))(pair_keys)
+    losses, _ = jax.vmap(
+        lambda pp, a, b, n: condsoc_pair_loss(
+            pp, a, b, n, sigma=settings.sigma, t=t, sign=sign, tau=tau,
+            keypoints=keypoints, inv_std=inv_std, base_drift=base_drift))(
+                p, x0, x1, noise)
+    return jnp.sum(losses) / settings.micro_batch, jnp.mean(losses)
+
+  def step(carry, it):
+    p, s = carry
+    grads, mean_loss = jax.grad(objective, has_aux=True)(p, it)
+    updates, s = tx.update(grads, s, p)
+    return (optax.apply_updates(p, updates), s), mean_loss
+
+  (params, _), losses = jax.lax.scan(
+      step, (params, opt_state), jnp.arange(settings.num_iters))
+  return params, losses
+
+
+# ----------------------------------------------------------------------------
+# Bridge matching (M-step) and sampling
+# ----------------------------------------------------------------------------
+
+
+def path_drift_at(params: gpath.PathParams, x0: jax.Array, x1: jax.Array,
+                  t: jax.Array, noise: jax.Array, *, sigma: float,
+                  sign: ArrayLike, base_drift: BaseDrift = None):
+  """One sample X_t of one pair's path and its (base-removed) drift.
+
+  Args:
+    params: one pair's spline parameters; x0, x1: [D]; t: []; noise: [D].
+
+  Returns:
+    (x [D], u [D]).
+  """
+  x, u = gpath.sample_and_drift(params, x0, x1, sigma, t[None], noise[None, None],
+                                sign)
+  x, u = x[0, 0], u[0, 0]
+  if base_drift is not None:
+    u = u - sign * base_drift(t, x)
+  return x, u
+
+
+def bridge_matching_loss(net_params: PyTree, apply_fn, xt: jax.Array,
+                         t: jax.Array, target: jax.Array) -> jax.Array:
+  """mean ||v_theta(x_t, t) - u_t||^2 over batch and dims.
+
+  Args:
+    xt: [M, D]; t: [M]; target: [M, D] (treated as a constant).
+  """
+  pred = apply_fn(net_params, xt, t)
+  return jnp.mean((pred - jax.lax.stop_gradient(target)) ** 2)
+
+
+def simulate(apply_fn, net_params: PyTree, x_start: jax.Array, key: jax.Array,
+             *, sigma: float, num_steps: int, sign: ArrayLike,
+             base_drift: BaseDrift = None) -> jax.Array:
+  """Euler-Maruyama with the learned drift, forward (sign=+1) or backward (-1).
+
+  Both directions integrate s = 0 -> 1 with t = s (forward) or t = 1 - s
+  (backward) and drift v_theta(x, t) + sign f(t, x), as the official sampler
+  does for its reversed time grid.
+
+  Args:
+    x_start: [B, D] samples of p0 (forward) or p1 (backward).
+    num_steps: number of EM steps (nfe).
+
+  Returns:
+    [num_steps + 1, B, D] path in FORWARD-time order (index 0 is t = 0).
+  """
+  sign = jnp.asarray(sign, x_start.dtype)
+  s_grid = jnp.linspace(0.0, 1.0, num_steps + 1, dtype=x_start.dtype)
+
+  def drift(s, x, _):
+    t = jnp.where(sign > 0, s, 1.0 - s)
+    v = apply_fn(net_params, x, jnp.full(x.shape[:-1], t))
+    if base_drift is not None:
+      v = v + sign * base_drift(t, x)
+    return v
+
+  path = sde.euler_maruyama(drift, sigma, x_start, s_grid, key)
+  return jnp.where(sign > 0, path, path[::-1])
+
+
+def knot_indices(num_sim_steps: int, num_knots: int) -> np.ndarray:
+  """Grid indices of the mean-knot times linspace(0, 1, T) on an nfe grid."""
+  return np.round(np.linspace(0, num_sim_steps, num_knots)).astype(np.int32)
+
+
+# ----------------------------------------------------------------------------
+# The alternating kernel
+# ----------------------------------------------------------------------------
+
+
+class FSBMState(NamedTuple):
+  step: jax.Array         # [] int32, alternation index
+  params: PyTree          # network params, leaves [2, ...]: 0 forward, 1 backward
+  opt_state: PyTree       # AdamW state, leaves [2, ...]
+  ema_params: PyTree      # EMA of params, leaves [2, ...]
+  key: jax.Array          # typed PRNG key
+
+
+class FSBMSettings(NamedTuple):
+  """Static settings of the alternating kernel."""
+
+  dim: int
+  csoc: CondSOCSettings
+  match_steps: int          # M-step iterations per alternation
+  match_batch: int          # M
+  lr: float = 1e-3
+  weight_decay: float = 0.0
+  ema_decay: float = 0.999
+  num_sim_steps: int = 1000  # Euler-Maruyama steps (nfe)
+  hidden: int = 128
+  t_eps: float = 1e-4        # M-step t ~ U(t_eps, 1 - t_eps)
+
+
+class FSBMKernel(NamedTuple):
+  init: Callable
+  train_step: Callable
+  alternate: Callable       # (state, batch, tau) -> (state, metrics)
+  simulate: Callable        # (state, x_start, key, sign, use_ema=True) -> path
+  apply_fn: Callable
+  settings: FSBMSettings
+
+
+def _stack2(tree):
+  return jax.tree.map(lambda a, b: jnp.stack([a, b]), *tree)
+
+
+def _take(tree, idx):
+  return jax.tree.map(lambda a: a[idx], tree)
+
+
+def _put(tree, idx, value):
+  return jax.tree.map(lambda a, v: a.at[idx].set(v), tree, value)
+
+
+def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
+                base_drift: BaseDrift = None,
+                collision_fn: Callable[[jax.Array], jax.Array] | None = None
+                ) -> FSBMKernel:
+  """Builds the FSBM alternating kernel.
+
+  Args:
+    settings: static settings.
+    keypoints: [K, S, D] aligned trajectories on the CondSOC grid.
+    tau: feedback weight used by ``train_step`` (``alternate`` takes any tau).
+    base_drift: optional reference drift f(t, x).
+    collision_fn: optional ``x [..., D] -> bool [...]`` obstacle test; when
+      given, each alternation reports the forward EMA model's collision rate.
+
+  Returns:
+    An :class:`FSBMKernel`. ``train_step(state, batch)`` takes
+    batch = {"x0": [B, D], "x1": [B, D]} samples of the two marginals.
+  """
+  if tau < 0:
+    raise ValueError(f"tau must be >= 0, got {tau}")
+  kp = feedback.check_keypoints(keypoints, settings.csoc.num_steps)
+  if kp.shape[2] != settings.dim:
+    raise ValueError(f"keypoints have dim {kp.shape[2]}, config dim is {settings.dim}")
+  keypoints_arr = jnp.asarray(kp)
+  inv_std = feedback.keypoint_inv_std(keypoints_arr)
+  net = models.VectorField(dim=settings.dim, hidden=settings.hidden)
+  apply_fn = net.apply
+  tx = optax.adamw(settings.lr, weight_decay=settings.weight_decay, eps=1e-8)
+  csoc = settings.csoc
+  knot_idx = knot_indices(settings.num_sim_steps, csoc.num_mean_knots)
+
+  def init(key):
+    k_fwd, k_bwd, key = jax.random.split(key, 3)
+    x = jnp.zeros((1, settings.dim), jnp.float32)
+    t = jnp.zeros((1,), jnp.float32)
+    params = _stack2([net.init(k_fwd, x, t), net.init(k_bwd, x, t)])
+    opt_state = jax.vmap(tx.init)(params)
+    return FSBMState(step=jnp.zeros((), jnp.int32), params=params,
+                     opt_state=opt_state, ema_params=params, key=key)
+
+  def sim(state, x_start, key, sign, use_ema=True):
+    idx = jnp.where(jnp.asarray(sign) > 0, 0, 1)
+    p = _take(state.ema_params if use_ema else state.params, idx)
+    return simulate(apply_fn, p, x_start, key, sigma=csoc.sigma,
+                    num_steps=settings.num_sim_steps, sign=sign,
+                    base_drift=base_drift)
+
+  def alternate(state: FSBMState, batch, tau_value):
+    x0, x1 = batch["x0"], batch["x1"]
+    chex.assert_equal_shape([x0, x1])
+    k = state.step
+    key, k_sim, k_csoc, k_match, k_eval = jax.random.split(state.key, 5)
+    first = k == 0
+    # Round k >= 1 simulates direction fwd (k odd) or bwd (k even) and trains
+    # the opposite network; round 0 fits forward and trains forward.
+    sim_sign = jnp.where(k % 2 == 1, 1.0, -1.0)
+    fit_sign = jnp.where(first, 1.0, sim_sign)
+    train_idx = jnp.where(first | (k % 2 == 0), 0, 1)
+    train_sign = jnp.where(train_idx == 0, 1.0, -1.0)
+
+    def from_model(_):
+      x_start = jnp.where(sim_sign > 0, x0, x1)
+      path = sim(state, x_start, k_sim, sim_sign)          # [nfe+1, B, D]
+      return jnp.swapaxes(path[knot_idx], 0, 1)           # [B, T, D]
+
+    def straight(_):
+      return jax.vmap(lambda a, b: gpath.linear_mean_path(
+          a, b, csoc.num_mean_knots))(x0, x1)
+
+    mean_path = jax.lax.cond(first, straight, from_model, None)
+    px0, px1 = mean_path[:, 0], mean_path[:, -1]
+    path_params, csoc_losses = condsoc_solve(
+        px0, px1, mean_path, k_csoc, settings=csoc, sign=fit_sign,
+        tau=tau_value, keypoints=keypoints_arr, inv_std=inv_std,
+        base_drift=base_drift)
+
+    # ---- M-step on the trained direction's network.
+    num_pairs = x0.shape[0]
+    params = _take(state.params, train_idx)
+    opt_state = _take(state.opt_state, train_idx)
+    ema = _take(state.ema_params, train_idx)
+
+    def match_step(carry, step_key):
+      p, s, e = carry
+      k_idx, k_t, k_n = jax.random.split(step_key, 3)
+      idx = jax.random.randint(k_idx, (settings.match_batch,), 0, num_pairs)
+      t = jax.random.uniform(k_t, (settings.match_batch,), x0.dtype,
+                             settings.t_eps, 1.0 - settings.t_eps)
+      noise = jax.random.normal(k_n, (settings.match_batch, settings.dim),
+                                x0.dtype)
+      pp = _take(path_params, idx)
+      xt, target = jax.vmap(lambda q, a, b, tt, n: path_drift_at(
+          q, a, b, tt, n, sigma=csoc.sigma, sign=train_sign,
+          base_drift=base_drift))(pp, px0[idx], px1[idx], t, noise)
+      loss, grads = jax.value_and_grad(bridge_matching_loss)(
+          p, apply_fn, xt, t, target)
+      updates, s = tx.update(grads, s, p)
+      p = optax.apply_updates(p, updates)
+      e = optax.incremental_update(p, e, 1.0 - settings.ema_decay)
+      return (p, s, e), loss
+
+    (params, opt_state, ema), match_losses = jax.lax.scan(
+        match_step, (params, opt_state, ema),
+        jax.random.split(k_match, settings.match_steps))
+    new_state = FSBMState(
+        step=k + 1,
+        params=_put(state.params, train_idx, params),
+        opt_state=_put(state.opt_state, train_idx, opt_state),
+        ema_params=_put(state.ema_params, train_idx, ema),
+        key=key)
+    metrics = {
+        "loss": jnp.mean(match_losses[-max(1, settings.match_steps // 10):]),
+        "csoc_loss_first": csoc_losses[0],
+        "csoc_loss_last": csoc_losses[-1],
+        "train_direction": train_idx.astype(jnp.float32),
+    }
+    if collision_fn is not None:
+      path = sim(new_state, x0, k_eval, 1.0)
+      metrics["collision_rate"] = jnp.mean(
+          jnp.any(collision_fn(path), axis=0).astype(jnp.float32))
+    return new_state, metrics
+
+  def train_step(state, batch):
+    return alternate(state, batch, jnp.asarray(tau, jnp.float32))
+
+  return FSBMKernel(init=init, train_step=train_step, alternate=alternate,
+                    simulate=sim, apply_fn=apply_fn, settings=settings)

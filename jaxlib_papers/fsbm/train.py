@@ -1,0 +1,158 @@
+"""FSBM training entry point: ``run(config, workdir) -> results``.
+
+The alternation (R-step + M-step) is the train step of ``core.train_loop``:
+``loop.num_steps`` alternations, checkpointed and resumable after each one.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxlib_papers.core import train_loop
+from jaxlib_papers.fsbm import kernel as kernel_lib
+from jaxlib_papers.fsbm import tasks
+
+CROWD_TASKS = ("stunnel", "vneck")
+
+
+def settings_from_config(config) -> kernel_lib.FSBMSettings:
+  c = config.csoc
+  for name, value in (("csoc.T_mean", c.T_mean), ("csoc.T_gamma", c.T_gamma)):
+    if int(value) < 3:
+      raise ValueError(f"config.{name} must be >= 3, got {value}")
+  if int(c.num_iters) < 1 or int(config.match.steps) < 1:
+    raise ValueError("config.csoc.num_iters and config.match.steps must be >= 1")
+  if float(config.sigma) <= 0:
+    raise ValueError(f"config.sigma must be > 0, got {config.sigma}")
+  csoc = kernel_lib.CondSOCSettings(
+      sigma=float(config.sigma), num_mean_knots=int(c.T_mean),
+      num_gamma_knots=int(c.T_gamma), num_steps=int(c.S), num_noise=int(c.N),
+      lr_mean=float(c.lr_mean), lr_gamma=float(c.lr_gamma),
+      num_iters=int(c.num_iters), micro_batch=int(c.mB),
+      momentum=float(c.momentum))
+  return kernel_lib.FSBMSettings(
+      dim=int(config.dim), csoc=csoc, match_steps=int(config.match.steps),
+      match_batch=int(config.match.batch_size), lr=float(config.match.lr),
+      weight_decay=float(config.match.weight_decay),
+      ema_decay=float(config.match.ema_decay),
+      num_sim_steps=int(config.num_sim_steps), hidden=int(config.model.hidden))
+
+
+def load_task_keypoints(config) -> tuple[np.ndarray, np.ndarray, str]:
+  """(feedback [K_fb, S, D], held_out [K_ho, S, D], source description)."""
+  if config.keypoints_path:
+    kp = tasks.load_keypoints(config.keypoints_path)
+    source = f"file:{config.keypoints_path}"
+  elif config.task in CROWD_TASKS:
+    kp = tasks.generate_keypoints(config.task, int(config.num_keypoints),
+                                  int(config.csoc.S), seed=int(config.seed))
+    source = "generated"
+  else:
+    raise ValueError(
+        f"task {config.task!r} has no generated keypoints: set config.keypoints_path "
+        "to a [K, S, D] .npy of aligned trajectories")
+  if kp.shape[1] != int(config.csoc.S):
+    raise ValueError(f"keypoints have {kp.shape[1]} time points, config.csoc.S is "
+                     f"{config.csoc.S}; they must match")
+  num_fb = int(config.num_feedback)
+  if num_fb < 0 or num_fb >= kp.shape[0]:
+    return kp, kp[:0], source
+  fb, held = tasks.split_keypoints(kp, num_fb, seed=int(config.seed))
+  return fb, held, source
+
+
+def make_data(config):
+  """data(step) -> {"x0": [B, D], "x1": [B, D]}, deterministic in step."""
+  batch = int(config.batch_size)
+  seed = int(config.seed)
+  if config.task == "latents":
+    lat = tasks.load_latents(config.latents.source_path, config.latents.target_path)
+
+    def data(step):
+      rng = np.random.default_rng([seed, step])
+      return {"x0": lat.x0[rng.integers(0, len(lat.x0), batch)],
+              "x1": lat.x1[rng.integers(0, len(lat.x1), batch)]}
+    return data
+  p0, p1 = tasks.marginals(config.task, int(config.dim))
+
+  def data(step):
+    rng = np.random.default_rng([seed, step])
+    return {"x0": p0.sample(rng, batch), "x1": p1.sample(rng, batch)}
+  return data
+
+
+def build(config, tau: float | None = None):
+  """(kernel, data, feedback keypoints, held-out keypoints, source)."""
+  if config.task not in tasks.TASKS:
+    raise ValueError(f"config.task must be one of {tasks.TASKS}, got {config.task!r}")
+  fb, held, source = load_task_keypoints(config)
+  settings = settings_from_config(config)
+  kern = kernel_lib.make_kernel(
+      settings, fb, tau=float(config.tau if tau is None else tau),
+      collision_fn=tasks.collision_fn(config.task))
+  return kern, make_data(config), fb, held, source
+
+
+def evaluate(kern, state, config, *, num_samples: int | None = None,
+             seed_offset: int = 10_000) -> dict[str, Any]:
+  """Samples the forward EMA model and scores it.
+
+  Returns:
+    dict with collision_rate (crowd tasks), w2 and mmd of terminal samples vs
+    fresh target samples, and ``paths`` [S_saved, n, D] (every 10th EM step).
+  """
+  from jaxlib_papers.core import metrics  # pylint: disable=g-import-not-at-top
+  n = int(num_samples or config.eval.num_samples)
+  data = make_data(config)
+  rng_step = seed_offset
+  x0, x1 = [], []
+  while sum(len(a) for a in x0) < n:
+    b = data(rng_step)
+    x0.append(b["x0"]); x1.append(b["x1"])
+    rng_step += 1
+  x0 = np.concatenate(x0)[:n]
+  x1 = np.concatenate(x1)[:n]
+  sim = jax.jit(lambda s, x, k: kern.simulate(s, x, k, 1.0))
+  path = np.asarray(sim(state, jnp.asarray(x0), jax.random.key(int(config.seed) + seed_offset)))
+  out: dict[str, Any] = {}
+  if config.task in CROWD_TASKS:
+    out["collision_rate"] = tasks.collision_rate(config.task, path)
+  out["w2"] = float(metrics.w2(path[-1], x1))
+  out["mmd"] = float(metrics.mmd_rbf(path[-1], x1))
+  if config.task == "opinion":
+    out["directional_similarity"] = tasks.directional_similarity(path[-1])
+  out["paths"] = path[::10]
+  return out
+
+
+def run(config, workdir: str | pathlib.Path | None = None, *, tau: float | None = None,
+        evaluate_model: bool = True) -> dict[str, Any]:
+  """Trains FSBM (alternations through core.train_loop) and evaluates it.
+
+  Args:
+    config: from ``configs.default.get_config``.
+    workdir: checkpoints/metrics folder, or None (in memory).
+    tau: overrides config.tau (0 = unguided baseline).
+    evaluate_model: sample and score the forward model at the end.
+
+  Returns:
+    dict: history (per-alternation metrics), state, keypoints_source,
+    feedback/held_out keypoints, and the evaluation metrics.
+  """
+  kern, data, fb, held, source = build(config, tau)
+  if tau is not None:
+    config = config.copy_and_resolve_references()
+    with config.unlocked():
+      config.tau = float(tau)
+  result = train_loop.run(kern, data, config, workdir, name="fsbm")
+  out: dict[str, Any] = {"history": result.history, "state": result.state,
+                         "keypoints_source": source, "feedback_keypoints": fb,
+                         "held_out_keypoints": held, "kernel": kern}
+  if evaluate_model:
+    out.update(evaluate(kern, result.state, config))
+  return out

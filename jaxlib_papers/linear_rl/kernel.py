@@ -1,0 +1,557 @@
+"""Null-space randomized LSVI and baselines as pure, fixed-shape functions.
+
+Wu, Sekhari, Krishnamurthy, Sun (ICLR 2025), "Computationally efficient RL
+under linear Bellman completeness for deterministic dynamics".
+
+Per step ``h`` the agent keeps (fixed shapes, zero-padded to ``T`` episodes):
+the features ``phi_{i,h}``, next states ``s_{i,h+1}`` (so regression targets
+``V_bar_{h+1}(s_{i,h+1})`` are recomputed every episode from the current
+sampled value function), rewards, the Gram matrix ``X^T X``, ``X^T r``, and an
+orthonormal basis of the span of the features built incrementally by
+Gram-Schmidt from ``X`` itself (never from ``X^T X``: the span decision must
+not see squared condition numbers).
+
+Planning for null-space randomized LSVI, ``h = H..1``:
+  ``theta_hat``  min-norm least squares of ``V_bar_{h+1}(s')`` on ``phi``,
+  ``xi``         ``sigma_h Q L^{-T} z`` with ``Q = I - P``, ``L L^T = Q Lambda_0 Q
+                 + P`` (covariance ``sigma_h^2 Q Lambda^{-1} Q``: noise only in
+                 the null space of the data),
+  ``omega_bar``  ridge estimate of the reward weights plus
+                 ``N(0, sigma_R^2 Sigma^{-1})``,
+  ``Q_bar_h = <omega_bar + theta_hat + xi, phi>``; no clipping.
+The agent acts greedily (random tie-breaking). A run of ``T`` episodes is one
+``lax.scan``; :func:`simulate` vmaps it over seeds.
+
+Baselines in the same framework: LSVI-UCB (ridge LS of ``r + V_{h+1}`` plus
+``beta ||phi||_{Lambda^{-1}}``, capped at the remaining horizon), RLSVI
+(Gaussian posterior sample of each ``theta_h``) and epsilon-greedy LSVI.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.linalg import cho_solve, solve_triangular
+
+from jaxlib_papers.core import precision
+from jaxlib_papers.linear_rl import envs as envs_lib
+
+Array = jax.Array
+
+AGENTS = ("nullspace", "lsvi_ucb", "rlsvi", "eps_greedy")
+
+
+class AgentConfig(NamedTuple):
+  """Static hyperparameters of an agent.
+
+  Attributes:
+    name: one of ``AGENTS``.
+    sigma_theta: null-space noise scale ``sigma_h`` (all ``h``).
+    sigma_reward: reward-noise scale ``sigma_R``.
+    ridge: ridge ``lambda`` of ``Sigma = lambda I + X^T X`` (rewards for
+      nullspace; the whole regression for the baselines).
+    beta: LSVI-UCB bonus scale.
+    epsilon: epsilon-greedy exploration probability.
+    rlsvi_noise: RLSVI likelihood noise std ``sigma``.
+    rlsvi_prior: RLSVI prior precision ``lambda`` (prior ``N(0, I/lambda)``).
+    span_tol: a feature adds a basis vector when its residual off the span
+      exceeds ``span_tol * max(1, ||phi||)``.
+    design_iters: Frank-Wolfe iterations of the D-optimal design.
+  """
+
+  name: str = "nullspace"
+  sigma_theta: float = 1.0
+  sigma_reward: float = 0.1
+  ridge: float = 1.0
+  beta: float = 1.0
+  epsilon: float = 0.1
+  rlsvi_noise: float = 1.0
+  rlsvi_prior: float = 1.0
+  span_tol: float = 1e-8
+  design_iters: int = 500
+
+
+def validate_agent_config(cfg: AgentConfig) -> None:
+  """Raises ValueError for an unknown agent or a bad hyperparameter."""
+  if cfg.name not in AGENTS:
+    raise ValueError(f"agent name must be one of {AGENTS}, got {cfg.name!r}")
+  for field in ("sigma_theta", "sigma_reward", "beta"):
+    if getattr(cfg, field) < 0:
+      raise ValueError(f"{field} must be >= 0, got {getattr(cfg, field)!r}")
+  for field in ("ridge", "rlsvi_noise", "rlsvi_prior", "span_tol"):
+    if not getattr(cfg, field) > 0:
+      raise ValueError(f"{field} must be > 0, got {getattr(cfg, field)!r}")
+  if not 0.0 <= cfg.epsilon <= 1.0:
+    raise ValueError(f"epsilon must be in [0, 1], got {cfg.epsilon!r}")
+  if cfg.design_iters < 1:
+    raise ValueError(f"design_iters must be >= 1, got {cfg.design_iters!r}")
+
+
+# ----------------------------------------------------------------------------
+# Linear algebra building blocks
+# ----------------------------------------------------------------------------
+
+
+def span_update(basis: Array, rank: Array, phi: Array,
+                tol: float = 1e-8) -> tuple[Array, Array, Array]:
+  """Adds ``phi`` to an orthonormal basis if it leaves the span.
+
+  Classical Gram-Schmidt applied twice ("twice is enough") keeps the basis
+  orthonormal to round-off.
+
+  Args:
+    basis: ``[d, d]``; columns ``< rank`` orthonormal, the rest zero.
+    rank: int32 scalar.
+    phi: ``[d]``.
+    tol: relative residual threshold.
+
+  Returns:
+    ``(basis, rank, added)`` with ``added`` a bool scalar.
+  """
+  residual = phi - basis @ (basis.T @ phi)
+  residual = residual - basis @ (basis.T @ residual)
+  norm = jnp.linalg.norm(residual)
+  added = norm > tol * jnp.maximum(1.0, jnp.linalg.norm(phi))
+  added = added & (rank < phi.shape[0])
+  column = jnp.where(added, residual / jnp.where(added, norm, 1.0), 0.0)
+  col_idx = jnp.minimum(rank, phi.shape[0] - 1)
+  new_basis = jnp.where(added, basis.at[:, col_idx].set(column), basis)
+  return new_basis, rank + added.astype(rank.dtype), added
+
+
+def projector(basis: Array) -> Array:
+  """Orthogonal projector ``P = B B^T [d, d]`` onto the span of ``basis``."""
+  return basis @ basis.T
+
+
+def min_norm_lstsq(basis: Array, rank: Array, gram: Array, features: Array,
+                   targets: Array) -> Array:
+  """Minimum-norm least squares ``argmin ||X theta - y||`` with ``theta`` in span.
+
+  Solves in the coordinates of the data's orthonormal span basis ``B``
+  (``theta = B c``, ``(B^T X^T X B) c = B^T X^T y``) with one step of iterative
+  refinement on the residual (corrected semi-normal equations), so the
+  accuracy is close to a QR solve while the per-episode cost stays
+  ``O(T d + d^3)``. Padding rows of ``features`` must be zero.
+
+  Args:
+    basis: ``[d, d]`` orthonormal span basis of the rows of ``features``
+      (zero columns beyond ``rank``).
+    rank: int32 scalar.
+    gram: ``[d, d]`` ``X^T X``.
+    features: ``[T, d]`` ``X`` (zero rows are padding).
+    targets: ``[T]`` ``y``.
+
+  Returns:
+    ``theta [d]`` in the span of the data.
+  """
+  d = basis.shape[0]
+  unused = (jnp.arange(d) >= rank).astype(gram.dtype)
+  reduced = basis.T @ gram @ basis + jnp.diag(unused)
+  chol = jnp.linalg.cholesky(reduced)
+
+  def solve(rhs):
+    return basis @ cho_solve((chol, True), basis.T @ rhs)
+
+  theta = solve(features.T @ targets)
+  residual = targets - features @ theta
+  return theta + solve(features.T @ residual)
+
+
+def null_space_noise(basis: Array, design_gram: Array, key: Array,
+                     scale: float | Array) -> Array:
+  """Samples ``xi ~ N(0, scale^2 Q Lambda^{-1} Q)``, ``Q = I - P``.
+
+  ``Lambda = P Lambda_0 P + Q Lambda_0 Q`` is block diagonal in
+  (span, null space), so ``Q Lambda^{-1} Q = (Q Lambda_0 Q)^+``. With
+  ``L L^T = Q Lambda_0 Q + P`` (positive definite when ``Lambda_0`` is),
+  ``xi = scale Q L^{-T} z``. The final projection by ``Q`` is applied with the
+  orthonormal basis so ``P xi`` is zero to round-off.
+
+  Args:
+    basis: ``[d, d]`` orthonormal span basis.
+    design_gram: ``[d, d]`` ``Lambda_0 = sum_i rho_i phi_i phi_i^T``.
+    key: PRNG key.
+    scale: ``sigma_h``.
+
+  Returns:
+    ``xi [d]``.
+  """
+  d = basis.shape[0]
+  proj = projector(basis)
+  comp = jnp.eye(d, dtype=basis.dtype) - proj
+  precision = comp @ design_gram @ comp + proj
+  precision = 0.5 * (precision + precision.T)
+  chol = jnp.linalg.cholesky(precision)
+  z = jax.random.normal(key, (d,), basis.dtype)
+  v = solve_triangular(chol.T, z, lower=False)
+  return scale * (v - basis @ (basis.T @ v))
+
+
+def gaussian_from_precision(precision: Array, rhs: Array, key: Array,
+                            scale: float | Array) -> tuple[Array, Array]:
+  """Mean ``precision^{-1} rhs`` and a sample ``N(mean, scale^2 precision^{-1})``.
+
+  Args:
+    precision: ``[d, d]`` positive definite.
+    rhs: ``[d]``.
+    key: PRNG key.
+    scale: noise scale.
+
+  Returns:
+    ``(mean [d], sample [d])``.
+  """
+  chol = jnp.linalg.cholesky(precision)
+  mean = cho_solve((chol, True), rhs)
+  z = jax.random.normal(key, rhs.shape, precision.dtype)
+  return mean, mean + scale * solve_triangular(chol.T, z, lower=False)
+
+
+def d_optimal_design(candidates: Array, num_iters: int = 500
+                     ) -> tuple[Array, Array, Array]:
+  """D-optimal design over ``candidates [m, d]`` by Frank-Wolfe (Fedorov-Wynn).
+
+  Maximises ``log det sum_i rho_i phi_i phi_i^T`` over the simplex: each step
+  moves towards the candidate of largest leverage ``g_j = phi_j^T M^{-1}
+  phi_j`` with the exact line-search step ``(g_j / d - 1) / (g_j - 1)``. By
+  Kiefer-Wolfowitz the optimum has ``max_j g_j = d``.
+
+  Args:
+    candidates: ``[m, d]``, must span ``R^d``.
+    num_iters: Frank-Wolfe iterations.
+
+  Returns:
+    ``(weights [m], design_gram [d, d], max_leverage [num_iters])`` (the max
+    leverage before each step, which tends to ``d``).
+  """
+  m, d = candidates.shape
+
+  def moment(weights):
+    return (candidates * weights[:, None]).T @ candidates
+
+  def body(weights, _):
+    chol = jnp.linalg.cholesky(moment(weights))
+    whitened = solve_triangular(chol, candidates.T, lower=True)
+    leverage = jnp.sum(whitened**2, axis=0)
+    j = jnp.argmax(leverage)
+    g = leverage[j]
+    step = jnp.clip((g / d - 1.0) / jnp.maximum(g - 1.0, 1e-12), 0.0, 1.0)
+    weights = (1.0 - step) * weights + step * jax.nn.one_hot(
+        j, m, dtype=weights.dtype)
+    return weights, g
+
+  weights0 = jnp.full((m,), 1.0 / m, candidates.dtype)
+  weights, max_leverage = jax.lax.scan(body, weights0, None, length=num_iters)
+  return weights, moment(weights), max_leverage
+
+
+def design_gram(env: envs_lib.Env, params: Any, num_iters: int) -> Array:
+  """``Lambda_0 [d, d]``: uniform ``I / d`` for one-hot features, else FW."""
+  d = env.feature_dim
+  if env.one_hot or env.design_candidates is None:
+    return jnp.eye(d, dtype=jnp.float64) / d
+  return d_optimal_design(env.design_candidates(params), num_iters)[1]
+
+
+# ----------------------------------------------------------------------------
+# Data store
+# ----------------------------------------------------------------------------
+
+
+class Data(NamedTuple):
+  """Per-step history, zero-padded to ``T`` episodes (leading axis ``H``)."""
+
+  features: Array       # [H, T, d] phi(s_{i,h}, a_{i,h})
+  next_states: Array    # [H, T, S] s_{i,h+1}
+  rewards: Array        # [H, T] realised rewards
+  gram: Array           # [H, d, d] X_h^T X_h
+  reward_moment: Array  # [H, d] X_h^T r_h
+  basis: Array          # [H, d, d] orthonormal span basis of X_h
+  rank: Array           # [H] int32 dimension of the span
+  count: Array          # [] int32 episodes stored
+
+
+def init_data(env: envs_lib.Env, num_episodes: int) -> Data:
+  """Empty :class:`Data` for ``num_episodes`` episodes."""
+  h, d, s = env.horizon, env.feature_dim, env.state_dim
+  f64 = jnp.float64
+  return Data(
+      features=jnp.zeros((h, num_episodes, d), f64),
+      next_states=jnp.zeros((h, num_episodes, s), f64),
+      rewards=jnp.zeros((h, num_episodes), f64),
+      gram=jnp.zeros((h, d, d), f64),
+      reward_moment=jnp.zeros((h, d), f64),
+      basis=jnp.zeros((h, d, d), f64),
+      rank=jnp.zeros((h,), jnp.int32),
+      count=jnp.zeros((), jnp.int32))
+
+
+class Trajectory(NamedTuple):
+  features: Array      # [H, d]
+  next_states: Array   # [H, S]
+  rewards: Array       # [H]
+  mean_rewards: Array  # [H]
+  actions: Array       # [H] int32 or float64
+  states: Array        # [H, S]
+
+
+def add_episode(data: Data, traj: Trajectory, span_tol: float
+                ) -> tuple[Data, Array]:
+  """Appends one episode; returns the new data and ``added [H]`` (new span dims)."""
+  t = data.count
+  basis, rank, added = jax.vmap(
+      lambda b, r, p: span_update(b, r, p, span_tol))(
+          data.basis, data.rank, traj.features)
+  data = Data(
+      features=data.features.at[:, t].set(traj.features),
+      next_states=data.next_states.at[:, t].set(traj.next_states),
+      rewards=data.rewards.at[:, t].set(traj.rewards),
+      gram=data.gram + jnp.einsum("hi,hj->hij", traj.features, traj.features),
+      reward_moment=data.reward_moment + traj.features * traj.rewards[:, None],
+      basis=basis, rank=rank, count=t + 1)
+  return data, added
+
+
+# ----------------------------------------------------------------------------
+# Agents
+# ----------------------------------------------------------------------------
+
+
+class Policy(NamedTuple):
+  """What the agent acts on for one episode.
+
+  ``q_weights`` define ``Q_h = <q_weights[h], phi>``; ``reward_weights`` is the
+  sampled reward part (``omega_bar``, for the Lemma 2 read-out).
+  ``ucb_precision_inv``/``ucb_weights`` are only set for LSVI-UCB on non
+  one-hot features (``Q = min(<w, phi> + beta ||phi||_{Lambda^{-1}}, H - h)``).
+  """
+
+  q_weights: Array                  # [H, d]
+  reward_weights: Array             # [H, d]
+  ucb_precision_inv: Array | None   # [H, d, d]
+
+
+class Agent(NamedTuple):
+  plan: Callable[..., Policy]  # (data, params, design_gram, key) -> Policy
+  act: Callable[..., Array]    # (policy, params, h, state, key) -> action
+
+
+def _ucb_q_all(env, params, h, state, policy_h_w, precision_inv, beta):
+  """LSVI-UCB Q-values of every action at ``state`` (generic features)."""
+  feats = env.all_features(params, h, state)  # [A, d]
+  bonus = jnp.sqrt(jnp.maximum(
+      jnp.einsum("ad,de,ae->a", feats, precision_inv, feats), 0.0))
+  return jnp.minimum(feats @ policy_h_w + beta * bonus,
+                     (env.horizon - h).astype(jnp.float64))
+
+
+def make_agent(env: envs_lib.Env, cfg: AgentConfig) -> Agent:
+  """Returns the pure ``plan``/``act`` functions of agent ``cfg.name``."""
+  validate_agent_config(cfg)
+  horizon, d = env.horizon, env.feature_dim
+  generic_ucb = cfg.name == "lsvi_ucb" and not env.one_hot
+  if generic_ucb and env.all_features is None:
+    raise ValueError(
+        f"lsvi_ucb needs a finite action set; env {env.name!r} has none")
+  eye = jnp.eye(d, dtype=jnp.float64)
+
+  def next_values(params, h, next_states, q_next, precision_inv_next):
+    """``V_{h+1}(s')`` for every stored next state (0 after the last step)."""
+    h_next = jnp.minimum(h + 1, horizon - 1)
+    if generic_ucb:
+      values = jax.vmap(lambda s: jnp.max(_ucb_q_all(
+          env, params, h_next, s, q_next, precision_inv_next, cfg.beta)))(
+              next_states)
+    else:
+      values = env.max_value(params, h_next, next_states, q_next)
+    return jnp.where(h == horizon - 1, 0.0, values)
+
+  def plan(data: Data, params, design: Array, key: Array) -> Policy:
+    valid = (jnp.arange(data.features.shape[1]) < data.count).astype(
+        jnp.float64)
+    keys = jax.random.split(key, horizon)
+    steps = jnp.arange(horizon)
+
+    def backward(carry, xs):
+      q_next, prec_inv_next = carry
+      h, feats, nxt, rewards, gram, moment, basis, rank, k = xs
+      targets = next_values(params, h, nxt, q_next, prec_inv_next) * valid
+      k_theta, k_reward = jax.random.split(k)
+      prec_inv = prec_inv_next
+      if cfg.name == "nullspace":
+        theta_hat = min_norm_lstsq(basis, rank, gram, feats, targets)
+        xi = null_space_noise(basis, design, k_theta, cfg.sigma_theta)
+        _, omega_bar = gaussian_from_precision(
+            cfg.ridge * eye + gram, moment, k_reward, cfg.sigma_reward)
+        q = omega_bar + theta_hat + xi
+        reward_part = omega_bar
+      elif cfg.name == "rlsvi":
+        var = cfg.rlsvi_noise**2
+        precision = gram / var + cfg.rlsvi_prior * eye
+        _, q = gaussian_from_precision(
+            precision, (moment + feats.T @ targets) / var, k_theta, 1.0)
+        reward_part = q
+      else:
+        precision = cfg.ridge * eye + gram
+        chol = jnp.linalg.cholesky(precision)
+        q = cho_solve((chol, True), moment + feats.T @ targets)
+        if cfg.name == "lsvi_ucb":
+          if env.one_hot:
+            # One-hot: Lambda is diagonal and the capped bonus is per feature,
+            # so UCB's Q is again linear with these weights.
+            q = jnp.minimum(q + cfg.beta / jnp.sqrt(jnp.diag(precision)),
+                            (horizon - h).astype(jnp.float64))
+          else:
+            prec_inv = cho_solve((chol, True), eye)
+        reward_part = q
+      return (q, prec_inv), (q, reward_part, prec_inv)
+
+    init = (jnp.zeros((d,), jnp.float64), jnp.zeros((d, d), jnp.float64))
+    xs = (steps, data.features, data.next_states, data.rewards, data.gram,
+          data.reward_moment, data.basis, data.rank, keys)
+    _, (q_weights, reward_weights, prec_invs) = jax.lax.scan(
+        backward, init, xs, reverse=True)
+    return Policy(q_weights, reward_weights,
+                  prec_invs if generic_ucb else None)
+
+  def act(policy: Policy, params, h, state, key) -> Array:
+    k_greedy, k_explore, k_random = jax.random.split(key, 3)
+    if generic_ucb:
+      scores = _ucb_q_all(env, params, h, state, policy.q_weights[h],
+                          policy.ucb_precision_inv[h], cfg.beta)
+      action = envs_lib.random_argmax(scores, k_greedy)
+    else:
+      action = env.greedy(params, h, state, policy.q_weights[h], k_greedy)
+    if cfg.name == "eps_greedy":
+      explore = jax.random.bernoulli(k_explore, cfg.epsilon)
+      action = jnp.where(explore, env.random_action(params, k_random), action)
+    return action
+
+  return Agent(plan, act)
+
+
+# ----------------------------------------------------------------------------
+# Episodes and runs
+# ----------------------------------------------------------------------------
+
+
+class EpisodeMetrics(NamedTuple):
+  """Per-episode scalars (stacked to ``[T]`` by a run)."""
+
+  regret: Array            # V*_1(s_1) - sum_h mean reward
+  expected_return: Array   # sum_h mean reward of the realised path
+  realised_return: Array   # sum_h realised reward
+  out_of_span: Array       # bool: some phi_h left the span of earlier data
+  new_dims: Array          # int32: span dimensions added this episode
+  total_rank: Array        # int32: sum_h rank after the episode
+  predicted_value: Array   # Q_bar_1(s_1, a_1) (= V_bar_1(s_1) when greedy)
+  predicted_reward: Array  # sum_h <omega_bar_h, phi_h>
+  nonconcave: Array        # int32: steps whose sampled Q is not concave in u
+
+
+class RunOutput(NamedTuple):
+  metrics: EpisodeMetrics  # fields [T] (or [seeds, T] after vmap)
+  final_q_weights: Array   # [H, d] a fresh plan after the last episode
+  final_rank: Array        # [H]
+  final_gram: Array        # [H, d, d]
+
+
+def rollout(env: envs_lib.Env, agent: Agent, policy: Policy, params,
+            initial_state: Array, key: Array) -> Trajectory:
+  """Runs one episode under ``policy``; returns the :class:`Trajectory`."""
+
+  def step(state, xs):
+    h, k = xs
+    k_act, k_env = jax.random.split(k)
+    action = agent.act(policy, params, h, state, k_act)
+    phi = env.feature(params, h, state, action)
+    next_state, reward, mean = env.step(params, h, state, action, k_env)
+    return next_state, (phi, next_state, reward, mean, action, state)
+
+  xs = (jnp.arange(env.horizon), jax.random.split(key, env.horizon))
+  _, (phis, nexts, rewards, means, actions, states) = jax.lax.scan(
+      step, initial_state, xs)
+  return Trajectory(phis, nexts, rewards, means, actions, states)
+
+
+def run(env: envs_lib.Env, cfg: AgentConfig, num_episodes: int,
+        key: Array) -> RunOutput:
+  """One seed: ``num_episodes`` episodes as one ``lax.scan`` (pure; trace in x64).
+
+  Args:
+    env: the environment.
+    cfg: agent hyperparameters.
+    num_episodes: ``T``.
+    key: PRNG key; it draws the per-seed environment (action map, matrices)
+      and all of the agent's and environment's randomness.
+
+  Returns:
+    :class:`RunOutput`.
+  """
+  if jnp.zeros(()).dtype != jnp.float64:
+    raise ValueError("linear_rl needs float64: run inside "
+                     "jaxlib_papers.core.precision.enable_x64()")
+  agent = make_agent(env, cfg)
+  k_env, k_design, k_run, k_final = jax.random.split(key, 4)
+  del k_design
+  params = env.sample_params(k_env)
+  design = design_gram(env, params, cfg.design_iters)
+  data = init_data(env, num_episodes)
+
+  def episode(data, k):
+    k_plan, k_init, k_roll = jax.random.split(k, 3)
+    policy = agent.plan(data, params, design, k_plan)
+    s1 = env.initial_state(params, k_init)
+    traj = rollout(env, agent, policy, params, s1, k_roll)
+    data, added = add_episode(data, traj, cfg.span_tol)
+    expected = jnp.sum(traj.mean_rewards)
+    metrics = EpisodeMetrics(
+        regret=env.optimal_value(params, s1) - expected,
+        expected_return=expected,
+        realised_return=jnp.sum(traj.rewards),
+        out_of_span=jnp.any(added),
+        new_dims=jnp.sum(added).astype(jnp.int32),
+        total_rank=jnp.sum(data.rank),
+        predicted_value=policy.q_weights[0] @ traj.features[0],
+        predicted_reward=jnp.sum(policy.reward_weights * traj.features),
+        nonconcave=env.num_nonconcave(policy.q_weights))
+    return data, metrics
+
+  data, metrics = jax.lax.scan(episode, data,
+                               jax.random.split(k_run, num_episodes))
+  final = agent.plan(data, params, design, k_final)
+  return RunOutput(metrics, final.q_weights, data.rank, data.gram)
+
+
+def simulate(env: envs_lib.Env, cfg: AgentConfig, num_episodes: int,
+             seeds: Array | int, *, jit: bool = True) -> RunOutput:
+  """Runs ``num_episodes`` for each seed, vmapped into one program, in float64.
+
+  Args:
+    env: the environment.
+    cfg: agent hyperparameters.
+    num_episodes: ``T >= 1``.
+    seeds: int (number of seeds ``0..n-1``) or int array ``[n]`` of seeds.
+    jit: compile (False runs eagerly, for tests).
+
+  Returns:
+    :class:`RunOutput` with a leading ``[n]`` seed axis.
+  """
+  if not isinstance(num_episodes, int) or num_episodes < 1:
+    raise ValueError(f"num_episodes must be an int >= 1, got {num_episodes!r}")
+  validate_agent_config(cfg)
+  with precision.enable_x64():
+    if isinstance(seeds, int):
+      if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds!r}")
+      seeds = jnp.arange(seeds)
+    seeds = jnp.asarray(seeds)
+    if seeds.ndim != 1:
+      raise ValueError(f"seeds must be 1-D, got shape {seeds.shape}")
+    keys = jax.vmap(jax.random.key)(seeds)
+    fn = jax.vmap(lambda k: run(env, cfg, num_episodes, k))
+    if jit:
+      fn = jax.jit(fn)
+    return jax.tree.map(lambda x: x.block_until_ready(), fn(keys))

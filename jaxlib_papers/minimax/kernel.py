@@ -1,0 +1,636 @@
+"""LEN (Lazy Extra Newton), LEN-restart, EG-2 and EG as compiled ``lax.while_loop`` solvers.
+
+LEN (Chen, Liu, Zhang, ICLR 2025, Algorithm 1) with snapshot pi(t) = t - (t mod m):
+
+  1. z_{t+1/2} solves F(z_t) = (J(z_pi(t)) + M ||z_t - z_{t+1/2}|| I)(z_t - z_{t+1/2}),
+  2. gamma_t = M ||z_t - z_{t+1/2}||,
+  3. z_{t+1} = z_t - F(z_{t+1/2}) / gamma_t,
+
+output sum_t z_{t+1/2}/gamma_t / sum_t 1/gamma_t. Step 1 is z_t - (J + lam I)^{-1} F(z_t)
+with lam the root of phi(lam) = M ||(J + lam I)^{-1} F(z_t)|| - lam. The snapshot Jacobian
+is factored once per m steps (complex Schur J = Q U Q^H, or J = V diag(e) V^{-1}); each try
+of the root search is then an O(d^2) triangular solve (Schur) or matvec (eig), and the
+search is a safeguarded Newton method warm-started at the previous step's lam.
+
+Every solver is a factory ``make_*(problem, ...) -> solve(z0) -> SolveResult`` returning a
+pure, jittable function (no jit inside). Run them in float64
+(``jaxlib_papers.core.precision.enable_x64``); :func:`run` does so and jits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+from jax import lax
+
+from jaxlib_papers.minimax.problems import MinimaxProblem
+
+FACTORIZATIONS = ("schur", "hessenberg", "eig", "dense")
+METHODS = ("len", "eg2", "eg", "len_restart")
+
+
+class SolveResult(NamedTuple):
+  """What a solver returns; histories are [max_iters] arrays, NaN (or -1) past num_iters.
+
+  Attributes:
+    z_last: [d] last iterate z_T.
+    z_half: [d] last extrapolated point z_{T-1/2} (the point whose ||F|| stopped the run).
+    z_average: [d] LEN's weighted average sum z_{t+1/2}/gamma_t / sum 1/gamma_t (EG: the
+      uniform average of the z_{t+1/2}).
+    num_iters: int32 [], iterations done.
+    num_field_calls: int32 [], #F.
+    num_jacobian_calls: int32 [], #J.
+    oracle_cost: [] #F + d #J.
+    converged: bool [], ||F(z_half)|| <= tol reached.
+    grad_norm: [] ||F(z_half)|| at the last iteration (||F(z0)|| if no iteration ran).
+    grad_norm_history: [max_iters] ||F(z_{t+1/2})||.
+    dist_history: [max_iters] ||z_{t+1/2} - z*|| (NaN when z* is unknown).
+    gamma_history: [max_iters] gamma_t = M ||z_t - z_{t+1/2}|| (EG: 1/eta).
+    root_iters_history: int32 [max_iters] tries of the lam search per step (EG: 0).
+  """
+  z_last: jax.Array
+  z_half: jax.Array
+  z_average: jax.Array
+  num_iters: jax.Array
+  num_field_calls: jax.Array
+  num_jacobian_calls: jax.Array
+  oracle_cost: jax.Array
+  converged: jax.Array
+  grad_norm: jax.Array
+  grad_norm_history: jax.Array
+  dist_history: jax.Array
+  gamma_history: jax.Array
+  root_iters_history: jax.Array
+
+
+# --------------------------------------------------------------------------- factorizations
+
+
+class _Ops(NamedTuple):
+  """Operations on a factored snapshot Jacobian.
+
+  factor(J) -> fac; rotate(fac, g) -> g_rot (once per step, O(d^2));
+  norm_and_slope(fac, g_rot, lam) -> (||s||, d||s||/dlam) for s = (J + lam I)^{-1} g;
+  step(fac, g_rot, lam) -> s (real [d]).
+  """
+  factor: Callable[[jax.Array], Any]
+  rotate: Callable[[Any, jax.Array], jax.Array]
+  norm_and_slope: Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
+  step: Callable[[Any, jax.Array, jax.Array], jax.Array]
+
+
+def _slope(norm, inner):
+  # d||s||/dlam = Re<s, ds/dlam> / ||s||; 0 when s = 0 (then F(z) = 0 and lam -> 0).
+  positive = norm > 0
+  return jnp.where(positive, inner / jnp.where(positive, norm, 1.0), 0.0)
+
+
+def _schur_ops() -> _Ops:
+
+  def factor(jac):
+    upper, unitary = jsl.schur(jac.astype(jnp.result_type(jac.dtype, jnp.complex64)),
+                               output="complex")
+    return upper, unitary
+
+  def rotate(fac, g):
+    _, unitary = fac
+    return unitary.conj().T @ g.astype(unitary.dtype)
+
+  def shifted(upper, lam):
+    return upper + lam.astype(upper.dtype) * jnp.eye(upper.shape[0], dtype=upper.dtype)
+
+  def norm_and_slope(fac, g_rot, lam):
+    upper, _ = fac
+    shifted_upper = shifted(upper, lam)
+    # Q is unitary, so ||s|| = ||w|| with w = (U + lam I)^{-1} Q^H g: O(d^2) per try.
+    w = jsl.solve_triangular(shifted_upper, g_rot, lower=False)
+    v = jsl.solve_triangular(shifted_upper, w, lower=False)
+    norm = jnp.linalg.norm(w)
+    return norm, _slope(norm, -jnp.real(jnp.vdot(w, v)))
+
+  def step(fac, g_rot, lam):
+    upper, unitary = fac
+    w = jsl.solve_triangular(shifted(upper, lam), g_rot, lower=False)
+    return jnp.real(unitary @ w)
+
+  return _Ops(factor, rotate, norm_and_slope, step)
+
+
+def _eig_ops() -> _Ops:
+
+  def factor(jac):
+    eigenvalues, vectors = jnp.linalg.eig(jac)
+    return eigenvalues, vectors, jnp.linalg.inv(vectors)
+
+  def rotate(fac, g):
+    _, _, inverse = fac
+    return inverse @ g.astype(inverse.dtype)
+
+  def norm_and_slope(fac, g_rot, lam):
+    eigenvalues, vectors, _ = fac
+    w = g_rot / (eigenvalues + lam)
+    s = vectors @ w
+    ds = -(vectors @ (w / (eigenvalues + lam)))
+    norm = jnp.linalg.norm(s)
+    return norm, _slope(norm, jnp.real(jnp.vdot(s, ds)))
+
+  def step(fac, g_rot, lam):
+    eigenvalues, vectors, _ = fac
+    return jnp.real(vectors @ (g_rot / (eigenvalues + lam)))
+
+  return _Ops(factor, rotate, norm_and_slope, step)
+
+
+def _hessenberg_lu(upper_hessenberg: jax.Array, lam: jax.Array
+                   ) -> tuple[jax.Array, jax.Array]:
+  """LU of H + lam I for upper-Hessenberg H, without pivoting, in O(d^2).
+
+  L is unit lower bidiagonal, so each row of U is the row of H minus a multiple of the
+  previous row of U: one pass of d vector updates. No pivoting is safe when H + lam I has a
+  positive-definite symmetric part (a monotone J and lam > 0): every leading block is then
+  nonsingular and the pivots stay >= lam.
+
+  Returns:
+    (multipliers [d - 1] (L's subdiagonal), U [d, d]).
+  """
+  dim = upper_hessenberg.shape[0]
+  shifted = upper_hessenberg + lam * jnp.eye(dim, dtype=upper_hessenberg.dtype)
+
+  def eliminate(previous_row, inputs):
+    row, index = inputs
+    multiplier = row[index - 1] / previous_row[index - 1]
+    new_row = row - multiplier * previous_row
+    return new_row, (multiplier, new_row)
+
+  _, (multipliers, rows) = lax.scan(
+      eliminate, shifted[0], (shifted[1:], jnp.arange(1, dim)))
+  return multipliers, jnp.concatenate([shifted[:1], rows], axis=0)
+
+
+def _hessenberg_ops() -> _Ops:
+  """J = Q H Q^T (real, ~10x cheaper than a complex Schur); O(d^2) per try."""
+
+  def factor(jac):
+    upper_hessenberg, orthogonal = jsl.hessenberg(jac, calc_q=True)
+    return upper_hessenberg, orthogonal
+
+  def rotate(fac, g):
+    _, orthogonal = fac
+    return orthogonal.T @ g
+
+  def solve(multipliers, upper, rhs):
+    lower = jnp.eye(upper.shape[0], dtype=upper.dtype) + jnp.diag(multipliers, k=-1)
+    y = jsl.solve_triangular(lower, rhs, lower=True, unit_diagonal=True)
+    return jsl.solve_triangular(upper, y, lower=False)
+
+  def norm_and_slope(fac, g_rot, lam):
+    upper_hessenberg, _ = fac
+    multipliers, upper = _hessenberg_lu(upper_hessenberg, lam)
+    w = solve(multipliers, upper, g_rot)
+    v = solve(multipliers, upper, w)
+    norm = jnp.linalg.norm(w)
+    return norm, _slope(norm, -jnp.vdot(w, v))
+
+  def step(fac, g_rot, lam):
+    upper_hessenberg, orthogonal = fac
+    multipliers, upper = _hessenberg_lu(upper_hessenberg, lam)
+    return orthogonal @ solve(multipliers, upper, g_rot)
+
+  return _Ops(factor, rotate, norm_and_slope, step)
+
+
+def _dense_ops() -> _Ops:
+  """Reference path: one O(d^3) LU per try (runs on any backend; no Schur needed)."""
+
+  def factor(jac):
+    return jac
+
+  def rotate(fac, g):
+    del fac
+    return g
+
+  def norm_and_slope(jac, g, lam):
+    lu = jsl.lu_factor(jac + lam * jnp.eye(jac.shape[0], dtype=jac.dtype))
+    s = jsl.lu_solve(lu, g)
+    ds = -jsl.lu_solve(lu, s)
+    norm = jnp.linalg.norm(s)
+    return norm, _slope(norm, jnp.vdot(s, ds))
+
+  def step(jac, g, lam):
+    return jnp.linalg.solve(jac + lam * jnp.eye(jac.shape[0], dtype=jac.dtype), g)
+
+  return _Ops(factor, rotate, norm_and_slope, step)
+
+
+def _ops(factorization: str) -> _Ops:
+  if factorization == "schur":
+    return _schur_ops()
+  if factorization == "hessenberg":
+    return _hessenberg_ops()
+  if factorization == "eig":
+    return _eig_ops()
+  if factorization == "dense":
+    return _dense_ops()
+  raise ValueError(
+      f"factorization must be one of {FACTORIZATIONS}, got {factorization!r}")
+
+
+# --------------------------------------------------------------------------- subproblem
+
+
+def find_regularization(ops: _Ops, fac: Any, g_rot: jax.Array, reg_weight: jax.Array,
+                        lam_init: jax.Array, *, rtol: float = 1e-12,
+                        max_tries: int = 100) -> tuple[jax.Array, jax.Array]:
+  """Root lam > 0 of phi(lam) = M ||(J + lam I)^{-1} g|| - lam by safeguarded Newton.
+
+  phi is decreasing for monotone J (phi(0+) >= 0, phi(lam) < 0 for lam^2 > M ||g||), so the
+  search keeps a bracket [lo, hi] of the sign change, takes Newton steps that stay inside it
+  and otherwise bisects (or doubles lam while no upper end is known).
+
+  Args:
+    ops: factorization operations.
+    fac: factored snapshot Jacobian.
+    g_rot: rotated field at z_t.
+    reg_weight: M > 0.
+    lam_init: warm start (> 0).
+    rtol: stop when |phi| <= rtol lam or the bracket is rtol-tight.
+    max_tries: cap on tries (each O(d^2) for schur/eig).
+
+  Returns:
+    (lam [], tries int32 []).
+  """
+  dtype = jnp.real(g_rot).dtype
+  tiny = jnp.finfo(dtype).tiny
+
+  def evaluate(lam):
+    norm, slope = ops.norm_and_slope(fac, g_rot, lam)
+    return reg_weight * norm - lam, reg_weight * slope - 1.0
+
+  def cond(state):
+    tries, _, _, _, done = state
+    return jnp.logical_and(~done, tries < max_tries)
+
+  def body(state):
+    tries, lam, lo, hi, _ = state
+    phi, dphi = evaluate(lam)
+    converged = jnp.abs(phi) <= rtol * lam
+    above = phi > 0  # root lies right of lam (NaN counts as "left" and shrinks hi)
+    lo = jnp.where(above, lam, lo)
+    hi = jnp.where(above, hi, lam)
+    newton = lam - phi / dphi
+    inside = jnp.isfinite(newton) & (newton > lo) & (newton < hi)
+    fallback = jnp.where(jnp.isfinite(hi), 0.5 * (lo + hi), 2.0 * lam)
+    next_lam = jnp.where(converged, lam, jnp.where(inside, newton, fallback))
+    tight = jnp.isfinite(hi) & (hi - lo <= rtol * hi)
+    return tries + 1, jnp.maximum(next_lam, tiny), lo, hi, converged | tight
+
+  lam0 = jnp.maximum(jnp.asarray(lam_init, dtype), tiny)
+  init = (jnp.zeros((), jnp.int32), lam0, jnp.zeros((), dtype),
+          jnp.full((), jnp.inf, dtype), jnp.zeros((), bool))
+  tries, lam, _, _, _ = lax.while_loop(cond, body, init)
+  return lam, tries
+
+
+def solve_subproblem(jacobian: jax.Array, field_value: jax.Array, reg_weight: float, *,
+                     factorization: str = "schur", lam_init: float | None = None,
+                     rtol: float = 1e-12, max_tries: int = 100
+                     ) -> tuple[jax.Array, jax.Array]:
+  """Solves F = (J + M ||s|| I) s for the LEN step s = z_t - z_{t+1/2}.
+
+  Args:
+    jacobian: [d, d] J (snapshot).
+    field_value: [d] F(z_t).
+    reg_weight: M > 0.
+    factorization: "schur" | "eig" | "dense".
+    lam_init: warm start for lam = M ||s||; default sqrt(M ||F||).
+    rtol, max_tries: root search controls.
+
+  Returns:
+    (s [d], lam []) with lam = M ||s|| to rtol.
+  """
+  ops = _ops(factorization)
+  fac = ops.factor(jacobian)
+  g_rot = ops.rotate(fac, field_value)
+  if lam_init is None:
+    lam_init = jnp.sqrt(reg_weight * jnp.linalg.norm(field_value))
+  lam, _ = find_regularization(ops, fac, g_rot, jnp.asarray(reg_weight), lam_init,
+                               rtol=rtol, max_tries=max_tries)
+  return ops.step(fac, g_rot, lam), lam
+
+
+# --------------------------------------------------------------------------- LEN
+
+
+def official_reg_weight(rho: float, m: int) -> float:
+  """M = (16/3) rho m, what the official script effectively uses (theory needs >= 3 rho m)."""
+  return 16.0 / 3.0 * rho * m
+
+
+def _distance(problem: MinimaxProblem, z: jax.Array) -> jax.Array:
+  if problem.z_star is None:
+    return jnp.full((), jnp.nan, z.dtype)
+  return jnp.linalg.norm(z - problem.z_star.astype(z.dtype))
+
+
+def _check_common(tol: float, max_iters: int) -> None:
+  if not tol >= 0:
+    raise ValueError(f"tol must be >= 0, got {tol}")
+  if int(max_iters) < 1:
+    raise ValueError(f"max_iters must be >= 1, got {max_iters}")
+
+
+def make_len(problem: MinimaxProblem, *, m: int, reg_weight: float, tol: float = 1e-8,
+             max_iters: int = 1000, factorization: str = "schur", root_rtol: float = 1e-12,
+             root_max_tries: int = 100
+             ) -> Callable[[jax.Array], SolveResult]:
+  """LEN (Algorithm 1) as a pure function ``solve(z0: [d]) -> SolveResult``.
+
+  Args:
+    problem: the oracles.
+    m: Jacobian refresh period (m = 1 is EG-2), >= 1.
+    reg_weight: M > 0 (theory: >= 3 rho m; official: (16/3) rho m).
+    tol: stop once ||F(z_{t+1/2})|| <= tol.
+    max_iters: iteration budget (also the history length).
+    factorization: "schur" (default), "eig" or "dense" (O(d^3) per try, reference/GPU).
+    root_rtol, root_max_tries: controls of the lam search.
+
+  Returns:
+    solve(z0) -> SolveResult; #F = 2 per iteration, #J = ceil(iterations / m).
+  """
+  if int(m) < 1:
+    raise ValueError(f"m must be an integer >= 1, got {m}")
+  if not reg_weight > 0:
+    raise ValueError(f"reg_weight (M) must be > 0, got {reg_weight}")
+  _check_common(tol, max_iters)
+  m, max_iters = int(m), int(max_iters)
+  ops = _ops(factorization)
+  dim = problem.dim
+
+  def solve(z0: jax.Array) -> SolveResult:
+    z0 = jnp.asarray(z0)
+    dtype = z0.dtype
+    reg = jnp.asarray(reg_weight, dtype)
+    fac_shape = jax.eval_shape(lambda z: ops.factor(problem.jacobian(z)), z0)
+    fac0 = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), fac_shape)
+    nan_hist = jnp.full((max_iters,), jnp.nan, dtype)
+    init = dict(
+        t=jnp.zeros((), jnp.int32), z=z0, z_half=z0, fac=fac0,
+        lam=jnp.zeros((), dtype),  # 0 = "no warm start yet"
+        weighted_sum=jnp.zeros_like(z0), weight=jnp.zeros((), dtype),
+        num_jac=jnp.zeros((), jnp.int32), grad_norm=jnp.full((), jnp.inf, dtype),
+        grad_hist=nan_hist, dist_hist=nan_hist, gamma_hist=nan_hist,
+        root_hist=jnp.full((max_iters,), -1, jnp.int32))
+
+    def cond(s):
+      return (s["t"] < max_iters) & (s["grad_norm"] > tol)
+
+    def body(s):
+      t, z = s["t"], s["z"]
+      refresh = t % m == 0
+      fac = lax.cond(refresh, lambda: ops.factor(problem.jacobian(z)), lambda: s["fac"])
+      g = problem.field(z)
+      g_rot = ops.rotate(fac, g)
+      lam_warm = jnp.where(s["lam"] > 0, s["lam"], jnp.sqrt(reg * jnp.linalg.norm(g)))
+      lam, tries = find_regularization(ops, fac, g_rot, reg, lam_warm, rtol=root_rtol,
+                                       max_tries=root_max_tries)
+      step = ops.step(fac, g_rot, lam)
+      z_half = z - step
+      gamma = reg * jnp.linalg.norm(step)
+      g_half = problem.field(z_half)
+      # gamma = 0 only when F(z_t) = 0 exactly: z_t is then a saddle, so stay.
+      positive = gamma > 0
+      inv_gamma = jnp.where(positive, 1.0 / jnp.where(positive, gamma, 1.0), 0.0)
+      z_next = z - g_half * inv_gamma
+      grad_norm = jnp.linalg.norm(g_half)
+      return dict(
+          t=t + 1, z=z_next, z_half=z_half, fac=fac, lam=lam,
+          weighted_sum=s["weighted_sum"] + z_half * inv_gamma,
+          weight=s["weight"] + inv_gamma,
+          num_jac=s["num_jac"] + refresh.astype(jnp.int32),
+          grad_norm=grad_norm,
+          grad_hist=s["grad_hist"].at[t].set(grad_norm),
+          dist_hist=s["dist_hist"].at[t].set(_distance(problem, z_half)),
+          gamma_hist=s["gamma_hist"].at[t].set(gamma),
+          root_hist=s["root_hist"].at[t].set(tries))
+
+    s = lax.while_loop(cond, body, init)
+    return _result(s, dim, tol, z0, num_field=2 * s["t"])
+
+  return solve
+
+
+def _result(s, dim, tol, z0, num_field):
+  weight = s["weight"]
+  average = jnp.where(weight > 0, s["weighted_sum"] / jnp.where(weight > 0, weight, 1.0),
+                      z0)
+  num_jac = s["num_jac"]
+  return SolveResult(
+      z_last=s["z"], z_half=s["z_half"], z_average=average, num_iters=s["t"],
+      num_field_calls=num_field.astype(jnp.int32), num_jacobian_calls=num_jac,
+      oracle_cost=(num_field + dim * num_jac).astype(z0.dtype),
+      converged=s["grad_norm"] <= tol, grad_norm=s["grad_norm"],
+      grad_norm_history=s["grad_hist"], dist_history=s["dist_hist"],
+      gamma_history=s["gamma_hist"], root_iters_history=s["root_hist"])
+
+
+def make_eg2(problem: MinimaxProblem, *, reg_weight: float, **kwargs
+             ) -> Callable[[jax.Array], SolveResult]:
+  """EG-2: LEN with a fresh Jacobian every step (m = 1)."""
+  return make_len(problem, m=1, reg_weight=reg_weight, **kwargs)
+
+
+# --------------------------------------------------------------------------- EG
+
+
+def make_eg(problem: MinimaxProblem, *, eta: float, tol: float = 1e-8,
+            max_iters: int = 100_000) -> Callable[[jax.Array], SolveResult]:
+  """Extragradient z_{t+1/2} = z_t - eta F(z_t), z_{t+1} = z_t - eta F(z_{t+1/2}).
+
+  Args:
+    problem: the oracles (only F is used).
+    eta: step size > 0.
+    tol: stop once ||F(z_{t+1/2})|| <= tol.
+    max_iters: budget (and history length).
+
+  Returns:
+    solve(z0) -> SolveResult with #J = 0, #F = 2 per iteration, z_average the uniform
+    average of the z_{t+1/2}.
+  """
+  if not eta > 0:
+    raise ValueError(f"eta must be > 0, got {eta}")
+  _check_common(tol, max_iters)
+  max_iters = int(max_iters)
+
+  def solve(z0: jax.Array) -> SolveResult:
+    z0 = jnp.asarray(z0)
+    dtype = z0.dtype
+    step_size = jnp.asarray(eta, dtype)
+    nan_hist = jnp.full((max_iters,), jnp.nan, dtype)
+    init = dict(
+        t=jnp.zeros((), jnp.int32), z=z0, z_half=z0, weighted_sum=jnp.zeros_like(z0),
+        weight=jnp.zeros((), dtype), num_jac=jnp.zeros((), jnp.int32),
+        grad_norm=jnp.full((), jnp.inf, dtype), grad_hist=nan_hist, dist_hist=nan_hist,
+        gamma_hist=nan_hist, root_hist=jnp.full((max_iters,), -1, jnp.int32))
+
+    def cond(s):
+      return (s["t"] < max_iters) & (s["grad_norm"] > tol)
+
+    def body(s):
+      t, z = s["t"], s["z"]
+      z_half = z - step_size * problem.field(z)
+      g_half = problem.field(z_half)
+      grad_norm = jnp.linalg.norm(g_half)
+      return dict(
+          t=t + 1, z=z - step_size * g_half, z_half=z_half,
+          weighted_sum=s["weighted_sum"] + z_half, weight=s["weight"] + 1.0,
+          num_jac=s["num_jac"], grad_norm=grad_norm,
+          grad_hist=s["grad_hist"].at[t].set(grad_norm),
+          dist_hist=s["dist_hist"].at[t].set(_distance(problem, z_half)),
+          gamma_hist=s["gamma_hist"].at[t].set(1.0 / step_size),
+          root_hist=s["root_hist"].at[t].set(0))
+
+    s = lax.while_loop(cond, body, init)
+    return _result(s, problem.dim, tol, z0, num_field=2 * s["t"])
+
+  return solve
+
+
+# --------------------------------------------------------------------------- LEN-restart
+
+
+class RestartResult(NamedTuple):
+  """LEN-restart output.
+
+  Attributes:
+    z: [d] output of the last epoch (its weighted average).
+    epoch_dist: [S] ||z^(s) - z*|| after each epoch (NaN when z* unknown).
+    epoch_grad_norm: [S] ||F(z^(s))|| after each epoch.
+    epoch_iters: int32 [S] LEN iterations in each epoch (0 once converged).
+    num_field_calls, num_jacobian_calls: int32 [] totals (one extra F per epoch).
+    oracle_cost: [] #F + d #J.
+  """
+  z: jax.Array
+  epoch_dist: jax.Array
+  epoch_grad_norm: jax.Array
+  epoch_iters: jax.Array
+  num_field_calls: jax.Array
+  num_jacobian_calls: jax.Array
+  oracle_cost: jax.Array
+
+
+def restart_iterations(reg_weight: float, radius: float, mu: float) -> int:
+  """T = ceil((2 M ||z0 - z*|| / mu)^{2/3}), LEN's epoch length in LEN-restart."""
+  if not (reg_weight > 0 and radius > 0 and mu > 0):
+    raise ValueError(
+        f"need reg_weight, radius, mu > 0; got {reg_weight}, {radius}, {mu}")
+  return max(1, math.ceil((2.0 * reg_weight * radius / mu) ** (2.0 / 3.0)))
+
+
+def num_restarts(eps: float) -> int:
+  """S = ceil(log_{3/2} log_2 (1/eps)) epochs for accuracy eps in (0, 1/2)."""
+  if not 0 < eps < 0.5:
+    raise ValueError(f"eps must be in (0, 1/2), got {eps}")
+  return max(1, math.ceil(math.log(math.log2(1.0 / eps)) / math.log(1.5)))
+
+
+def make_len_restart(problem: MinimaxProblem, *, m: int, reg_weight: float,
+                     iters_per_epoch: int, epochs: int, tol: float = 0.0,
+                     factorization: str = "schur", root_rtol: float = 1e-12,
+                     root_max_tries: int = 100) -> Callable[[jax.Array], RestartResult]:
+  """LEN-restart (Algorithm 2): ``epochs`` runs of LEN, each from the last one's output.
+
+  Args:
+    problem: strongly-convex-strongly-concave problem.
+    m, reg_weight: LEN's m and M (theory: M = 3 rho m).
+    iters_per_epoch: T (see :func:`restart_iterations`).
+    epochs: S (see :func:`num_restarts`).
+    tol: an epoch also stops at ||F(z_{t+1/2})|| <= tol; later epochs are skipped once the
+      output satisfies ||F|| <= tol.
+    factorization, root_rtol, root_max_tries: as in :func:`make_len`.
+
+  Returns:
+    solve(z0) -> RestartResult, one lax.scan over epochs.
+  """
+  if int(epochs) < 1:
+    raise ValueError(f"epochs must be >= 1, got {epochs}")
+  len_solve = make_len(problem, m=m, reg_weight=reg_weight, tol=tol,
+                       max_iters=iters_per_epoch, factorization=factorization,
+                       root_rtol=root_rtol, root_max_tries=root_max_tries)
+
+  def solve(z0: jax.Array) -> RestartResult:
+    z0 = jnp.asarray(z0)
+
+    def epoch(carry, _):
+      z, done, num_f, num_j = carry
+
+      def run_epoch(z):
+        out = len_solve(z)
+        return out.z_average, out.num_iters, out.num_field_calls, out.num_jacobian_calls
+
+      def skip(z):
+        zero = jnp.zeros((), jnp.int32)
+        return z, zero, zero, zero
+
+      z_new, iters, f_calls, j_calls = lax.cond(done, skip, run_epoch, z)
+      grad_norm = jnp.linalg.norm(problem.field(z_new))
+      num_f = num_f + f_calls + (~done).astype(jnp.int32)
+      done = done | (grad_norm <= tol)
+      return (z_new, done, num_f, num_j + j_calls), (
+          _distance(problem, z_new), grad_norm, iters)
+
+    zero = jnp.zeros((), jnp.int32)
+    (z, _, num_f, num_j), (dist, grad_norm, iters) = lax.scan(
+        epoch, (z0, jnp.zeros((), bool), zero, zero), None, length=int(epochs))
+    return RestartResult(z, dist, grad_norm, iters, num_f, num_j,
+                         (num_f + problem.dim * num_j).astype(z0.dtype))
+
+  return solve
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def make_solver(problem: MinimaxProblem, method: str, **kwargs
+                ) -> Callable[[jax.Array], SolveResult]:
+  """``make_len`` / ``make_eg2`` / ``make_eg`` / ``make_len_restart`` by name."""
+  if method == "len":
+    return make_len(problem, **kwargs)
+  if method == "eg2":
+    return make_eg2(problem, **kwargs)
+  if method == "eg":
+    return make_eg(problem, **kwargs)
+  if method == "len_restart":
+    return make_len_restart(problem, **kwargs)
+  raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+
+
+def run(problem: MinimaxProblem, method: str, z0: Any = None, **kwargs) -> SolveResult:
+  """Validates z0, then jits and runs one solver in float64.
+
+  Args:
+    problem: the oracles.
+    method: "len" | "eg2" | "eg" | "len_restart".
+    z0: [d] start (default zeros), finite.
+    **kwargs: the solver's arguments (see the make_* functions).
+
+  Returns:
+    The solver's result, as NumPy-backed jax arrays (float64).
+  """
+  from jaxlib_papers.core.precision import enable_x64
+
+  with enable_x64():
+    if z0 is None:
+      z0 = np.zeros(problem.dim)
+    z0 = np.asarray(z0, dtype=np.float64)
+    if z0.shape != (problem.dim,):
+      raise ValueError(f"z0 must have shape ({problem.dim},), got {z0.shape}")
+    if not np.all(np.isfinite(z0)):
+      raise ValueError("z0 contains NaN or Inf")
+    solve = make_solver(problem, method, **kwargs)
+    return jax.block_until_ready(jax.jit(solve)(jnp.asarray(z0)))

@@ -1,0 +1,95 @@
+"""OCM configs: ``get_config(preset)`` for ``smoke`` | ``cpu`` | ``full``.
+
+Two training stages, each its own ``core.train_loop`` run (``workdir/dsm``, ``workdir/heads``):
+the eps network by DSM (``loop``), then the OCM / SN / NPR heads on the frozen network
+(``head_loop``). Every train-loop call runs ``*.steps_per_call`` optimizer steps as one
+``lax.scan`` chunk, so ``loop.num_steps`` counts calls, not optimizer steps.
+
+* smoke: the 8-mode ring, a small MLP, seconds (tests, CI, the Colab demo).
+* cpu: the reproduction size (ring2d; ``launch.reproduce`` also runs ``data.name=gmm16``).
+* full: CIFAR-10 (tensorflow-datasets), the cosine schedule and a UNet, for a GPU/TPU.
+"""
+
+from __future__ import annotations
+
+from jaxlib_papers.core.config import make_config
+
+_BASE = dict(
+    seed=0,
+    data=dict(
+        name="ring2d",            # "ring2d" | "gmm16" | "cifar10"
+        num_modes=8,
+        radius=0.8,               # ring radius (ring2d) / spread of the means (gmm16)
+        std=0.1,                  # component std (ring2d)
+        dim=16,                   # gmm16 dimension
+        mixture_seed=0,           # gmm16 mixture
+        train_limit=-1,           # cifar10: number of train images to read (-1: all)
+        eval_split="test",        # cifar10 split for the NELBO
+    ),
+    schedule=dict(kind="linear", num_steps=1000),
+    model=dict(
+        kind="mlp",               # "mlp" (vectors) | "unet" (images)
+        width=256, depth=3, time_embed_dim=64,                        # mlp
+        base_channels=64, channel_mults=(1, 2, 2), blocks_per_level=2,  # unet
+        head_hidden=128, head_depth=2,
+    ),
+    dsm=dict(batch_size=512, lr=1e-3, warmup_steps=200, grad_clip=1.0, ema_decay=0.999,
+             steps_per_call=10),
+    heads=dict(names=("ocm", "sn", "npr"), num_probes=1, batch_size=512, lr=1e-3,
+               warmup_steps=100, steps_per_call=10),
+    eval=dict(
+        sample_steps=(10, 20, 50),
+        eta=1.0,                  # 1 = DDPM sampler (the NELBO needs eta > 0)
+        ddim_eta=0.0,             # an extra DDIM sample-quality row at this eta
+        methods=("beta_tilde", "beta", "analytic", "sn", "npr", "ocm", "exact"),
+        num_nelbo=4000,
+        num_samples=4000,
+        analytic_samples=2000,
+        error_timesteps=(50, 100),
+        error_samples=4000,
+        max_var=1.0,              # x0-covariance clip (data in [-1, 1])
+        clip_x0=-1.0,             # > 0: clip x0_hat to [-clip, clip] (images use 1)
+        seed=1,
+    ),
+    loop=dict(num_steps=400, log_every=100, checkpoint_every=200, quiet=False),
+    head_loop=dict(num_steps=200, log_every=50, checkpoint_every=100, quiet=False),
+)
+
+_OVERRIDES = {
+    "smoke": {
+        "model.width": 64, "model.depth": 2, "model.head_hidden": 64,
+        "dsm.batch_size": 256, "dsm.lr": 2e-3, "dsm.warmup_steps": 50,
+        "dsm.ema_decay": 0.99,
+        "heads.batch_size": 256, "heads.lr": 2e-3, "heads.warmup_steps": 20,
+        "eval.sample_steps": (10,),
+        "eval.num_nelbo": 1024, "eval.num_samples": 1024, "eval.analytic_samples": 512,
+        "eval.error_samples": 1024,
+        "loop.num_steps": 60, "loop.log_every": 30, "loop.checkpoint_every": 60,
+        "loop.quiet": True,
+        "head_loop.num_steps": 30, "head_loop.log_every": 15, "head_loop.checkpoint_every": 30,
+        "head_loop.quiet": True,
+    },
+    "cpu": {},
+    "full": {
+        "data.name": "cifar10",
+        "schedule.kind": "cosine",
+        "model.kind": "unet", "model.base_channels": 128, "model.channel_mults": (1, 2, 2, 2),
+        "model.head_hidden": 128,
+        "dsm.batch_size": 128, "dsm.lr": 2e-4, "dsm.warmup_steps": 5000, "dsm.ema_decay": 0.9999,
+        "dsm.steps_per_call": 100,
+        "heads.batch_size": 128, "heads.lr": 1e-4, "heads.warmup_steps": 1000,
+        "heads.steps_per_call": 100,
+        "eval.sample_steps": (10, 25, 50),
+        "eval.methods": ("beta_tilde", "beta", "analytic", "sn", "npr", "ocm"),
+        "eval.num_nelbo": 10000, "eval.num_samples": 10000, "eval.analytic_samples": 5000,
+        "eval.error_timesteps": (), "eval.clip_x0": 1.0,
+        "loop.num_steps": 8000, "loop.log_every": 10, "loop.checkpoint_every": 100,
+        "head_loop.num_steps": 1500, "head_loop.log_every": 10,
+        "head_loop.checkpoint_every": 100,
+    },
+}
+
+
+def get_config(preset: str = "smoke"):
+  """The OCM config of ``preset`` (smoke | cpu | full)."""
+  return make_config(preset, _BASE, _OVERRIDES)

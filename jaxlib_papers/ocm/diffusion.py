@@ -1,0 +1,276 @@
+"""Discrete-time DDPM machinery: schedules, skip-step reverse steps, samplers, K-step NELBO.
+
+Notation (the brief's): ``x_t = sqrt(abar_t) x0 + sigma_t eps`` with ``sigma_t^2 = 1 - abar_t``,
+``t in {1, ..., N}`` and ``abar_0 = 1``. Every covariance method of the paper is expressed by
+the *x0-covariance* ``c`` it plugs into the reverse step (diagonal, or a scalar broadcast):
+
+* skip step ``s < t``: ``beta_{t|s} = 1 - abar_t / abar_s``,
+  ``lam~^2 = beta_{t|s} sigma_s^2 / sigma_t^2``, ``lam^2 = eta^2 lam~^2``;
+* mean ``sqrt(abar_s) x0_hat + sqrt(sigma_s^2 - lam^2) eps_hat``;
+* variance ``lam^2 + (sqrt(abar_s) - sqrt((sigma_s^2 - lam^2) abar_t / sigma_t^2))^2 c``.
+
+``eta = 1`` is the DDPM sampler (its mean equals the brief's DDPM form, algebra checked in
+the tests), ``eta = 0`` DDIM; with a nonzero ``c`` both are stochastic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Array = jax.Array
+# predict(x_t [B, ...], t: int scalar array) -> (eps_hat [B, ...], x0_cov broadcastable to x_t)
+Predictor = Callable[[Array, Array], tuple[Array, Array]]
+
+
+class Schedule(NamedTuple):
+  """A discrete DDPM noise schedule (host numpy, float64; indexed by integer t).
+
+  Attributes:
+    betas: [N + 1] with betas[0] = 0 (t = 0 is the data).
+    abar: [N + 1] cumulative products, abar[0] = 1.
+  """
+  betas: np.ndarray
+  abar: np.ndarray
+
+  @property
+  def num_steps(self) -> int:
+    return int(self.abar.shape[0] - 1)
+
+
+def make_schedule(kind: str = "linear", num_steps: int = 1000, *, beta_start: float = 1e-4,
+                  beta_end: float = 0.02, cosine_s: float = 0.008) -> Schedule:
+  """DDPM's linear schedule (Ho et al.) or the cosine schedule (Nichol & Dhariwal).
+
+  Args:
+    kind: "linear" or "cosine".
+    num_steps: N, the number of diffusion steps (1000 in the paper).
+    beta_start, beta_end: the linear schedule's end points.
+    cosine_s: the cosine schedule's offset.
+
+  Returns:
+    A :class:`Schedule` with arrays of length N + 1.
+  """
+  if num_steps < 2:
+    raise ValueError(f"num_steps must be >= 2, got {num_steps}")
+  if kind == "linear":
+    betas = np.linspace(beta_start, beta_end, num_steps, dtype=np.float64)
+  elif kind == "cosine":
+    grid = np.arange(num_steps + 1, dtype=np.float64) / num_steps
+    f = np.cos((grid + cosine_s) / (1 + cosine_s) * np.pi / 2) ** 2
+    abar = f / f[0]
+    # Clipping at 0.999 avoids a singular last step (as in improved DDPM).
+    betas = np.minimum(1.0 - abar[1:] / abar[:-1], 0.999)
+  else:
+    raise ValueError(f"schedule kind must be 'linear' or 'cosine', got {kind!r}")
+  betas = np.concatenate([[0.0], betas])
+  return Schedule(betas=betas, abar=np.cumprod(1.0 - betas))
+
+
+def skip_timesteps(num_sample_steps: int, num_steps: int) -> np.ndarray:
+  """The K timesteps ``round(1 + k (N - 1) / (K - 1))``, k = 0..K-1 (so 1 and N are included).
+
+  Returns:
+    int32 [K], increasing, first 1 and last N.
+  """
+  if not 2 <= num_sample_steps <= num_steps:
+    raise ValueError(
+        f"num_sample_steps must be in [2, {num_steps}], got {num_sample_steps}")
+  k = np.arange(num_sample_steps, dtype=np.float64)
+  return np.round(1 + k * (num_steps - 1) / (num_sample_steps - 1)).astype(np.int32)
+
+
+def _gather(table: np.ndarray, t: Array) -> Array:
+  return jnp.asarray(table)[t]
+
+
+def marginal(schedule: Schedule, t: Array) -> tuple[Array, Array]:
+  """(sqrt(abar_t), sigma_t) at integer t (any shape)."""
+  abar = _gather(schedule.abar, t)
+  return jnp.sqrt(abar), jnp.sqrt(1.0 - abar)
+
+
+def q_sample(schedule: Schedule, x0: Array, t: Array, noise: Array) -> Array:
+  """x_t = sqrt(abar_t) x0 + sigma_t noise; t: [B] int, x0 / noise: [B, ...]."""
+  alpha, sigma = marginal(schedule, t)
+  shape = (-1,) + (1,) * (x0.ndim - 1)
+  return alpha.reshape(shape) * x0 + sigma.reshape(shape) * noise
+
+
+class StepCoefficients(NamedTuple):
+  """Coefficients of one reverse step t -> s (scalars).
+
+  lam2: the variance of q(x_s | x_t, x0); eps_coef: sqrt(sigma_s^2 - lam2), multiplying
+  eps_hat in the mean; cov_coef: multiplies (x0 - x0_hat) in mean_q - mean_p, so the x0
+  covariance c enters the reverse variance as lam2 + cov_coef^2 c.
+  """
+  lam2: Array
+  eps_coef: Array
+  cov_coef: Array
+  sqrt_abar_s: Array
+
+
+def step_coefficients(schedule: Schedule, t: Array, s: Array, eta: float | Array
+                      ) -> StepCoefficients:
+  abar = jnp.asarray(schedule.abar)
+  abar_t, abar_s = abar[t], abar[s]
+  sig2_t, sig2_s = 1.0 - abar_t, 1.0 - abar_s
+  beta_ts = 1.0 - abar_t / abar_s
+  lam2 = jnp.square(eta) * beta_ts * sig2_s / sig2_t
+  eps_coef = jnp.sqrt(jnp.maximum(sig2_s - lam2, 0.0))
+  cov_coef = jnp.sqrt(abar_s) - eps_coef * jnp.sqrt(abar_t / sig2_t)
+  return StepCoefficients(lam2, eps_coef, cov_coef, jnp.sqrt(abar_s))
+
+
+def predict_x0(schedule: Schedule, x_t: Array, t: Array, eps: Array,
+               clip_x0: float | None = None) -> tuple[Array, Array]:
+  """x0_hat from eps_hat; with ``clip_x0`` the x0 estimate is clipped and eps made consistent.
+
+  Returns:
+    (x0_hat, eps_hat), both like x_t.
+  """
+  alpha, sigma = marginal(schedule, t)
+  x0 = (x_t - sigma * eps) / alpha
+  if clip_x0 is not None:
+    x0 = jnp.clip(x0, -clip_x0, clip_x0)
+    eps = (x_t - alpha * x0) / sigma
+  return x0, eps
+
+
+def reverse_moments(schedule: Schedule, x_t: Array, t: Array, s: Array, eps: Array,
+                    x0_cov: Array, eta: float | Array = 1.0, clip_x0: float | None = None
+                    ) -> tuple[Array, Array]:
+  """Mean and diagonal variance of p(x_s | x_t) for the skip step t -> s.
+
+  Args:
+    x_t: [B, ...]; t, s: integer scalars with s < t; eps: eps_hat like x_t;
+    x0_cov: the method's x0-covariance, broadcastable to x_t.
+    eta: 1 = DDPM, 0 = DDIM.
+
+  Returns:
+    (mean like x_t, variance broadcast to x_t).
+  """
+  coef = step_coefficients(schedule, t, s, eta)
+  x0_hat, eps = predict_x0(schedule, x_t, t, eps, clip_x0)
+  mean = coef.sqrt_abar_s * x0_hat + coef.eps_coef * eps
+  var = coef.lam2 + jnp.square(coef.cov_coef) * x0_cov
+  return mean, jnp.broadcast_to(var, mean.shape)
+
+
+def sample(predict: Predictor, schedule: Schedule, timesteps: np.ndarray, x_T: Array,
+           key: Array, *, eta: float = 1.0, clip_x0: float | None = None) -> Array:
+  """Ancestral sampling over the skip timesteps (DDPM for eta = 1, DDIM for eta = 0).
+
+  The reverse chain is one ``lax.scan``; the last step (t = timesteps[0] -> 0) returns the
+  mean x0_hat, as in the paper.
+
+  Args:
+    predict: the method, ``predict(x_t, t) -> (eps_hat, x0_cov)``.
+    timesteps: int [K] increasing (see :func:`skip_timesteps`).
+    x_T: [B, ...] the starting noise (standard normal).
+    key: a typed PRNG key.
+
+  Returns:
+    x0 samples [B, ...].
+  """
+  timesteps = np.asarray(timesteps)
+  if timesteps.ndim != 1 or timesteps.shape[0] < 2 or np.any(np.diff(timesteps) <= 0):
+    raise ValueError(f"timesteps must be an increasing 1-D array of >= 2 ints, got {timesteps}")
+  ts = jnp.asarray(timesteps[::-1][:-1])
+  ss = jnp.asarray(timesteps[::-1][1:])
+  keys = jax.random.split(key, ts.shape[0])
+
+  def body(x, inputs):
+    t, s, k = inputs
+    eps, x0_cov = predict(x, t)
+    mean, var = reverse_moments(schedule, x, t, s, eps, x0_cov, eta, clip_x0)
+    x = mean + jnp.sqrt(var) * jax.random.normal(k, x.shape, x.dtype)
+    return x, None
+
+  x, _ = jax.lax.scan(body, x_T, (ts, ss, keys))
+  t0 = jnp.asarray(timesteps[0])
+  eps, _ = predict(x, t0)
+  x0_hat, _ = predict_x0(schedule, x, t0, eps, clip_x0)
+  return x0_hat
+
+
+def _gauss_kl(mean_q, var_q, mean_p, var_p):
+  return 0.5 * (jnp.log(var_p / var_q) + (var_q + jnp.square(mean_q - mean_p)) / var_p - 1.0)
+
+
+def nelbo(predict: Predictor, schedule: Schedule, timesteps: np.ndarray, x0: Array,
+          key: Array, *, eta: float = 1.0, decoder_var: float | None = None,
+          clip_x0: float | None = None) -> tuple[Array, Array]:
+  """The K-step negative ELBO of the skip-step model, per data point, in nats.
+
+  -log p(x0) <= KL(q(x_N | x0) || N(0, I))
+              + sum_{i >= 1} E_q KL(q(x_{tau_{i-1}} | x_{tau_i}, x0) || p(x_{tau_{i-1}} | x_{tau_i}))
+              - E_q log p(x0 | x_{tau_0}),
+  with each x_t drawn from q(x_t | x0) (one draw per term, so the estimate is unbiased).
+
+  Args:
+    predict: the method (see :func:`sample`).
+    timesteps: int [K] increasing, first 1 and last N.
+    x0: [B, ...] data.
+    eta: must be > 0 (q(x_s | x_t, x0) is a point mass at eta = 0).
+    decoder_var: overrides the variance of p(x0 | x_1) (DDPM's fixed beta~ has c = 0 there,
+      which would give an infinite bound; DDPM reuses the previous step's variance). A NaN
+      (possibly traced) means no override.
+
+  Returns:
+    (nelbo [B], terms [K + 1, B]: prior, K - 1 transitions (largest t first), decoder).
+  """
+  timesteps = np.asarray(timesteps)
+  if not eta > 0:
+    raise ValueError(f"the NELBO needs eta > 0, got {eta}")
+  if timesteps[-1] != schedule.num_steps:
+    raise ValueError(f"timesteps must end at N = {schedule.num_steps}, got {timesteps[-1]}")
+  axes = tuple(range(1, x0.ndim))
+  abar_n = jnp.asarray(schedule.abar)[schedule.num_steps]
+  prior = jnp.sum(_gauss_kl(jnp.sqrt(abar_n) * x0, 1.0 - abar_n, 0.0, 1.0), axis=axes)
+
+  ts = jnp.asarray(timesteps[::-1][:-1])
+  ss = jnp.asarray(timesteps[::-1][1:])
+  key_trans, key_dec = jax.random.split(key)
+  keys = jax.random.split(key_trans, ts.shape[0])
+
+  def transition(inputs):
+    t, s, k = inputs
+    noise = jax.random.normal(k, x0.shape, x0.dtype)
+    tb = jnp.full((x0.shape[0],), t)
+    x_t = q_sample(schedule, x0, tb, noise)
+    eps_hat, x0_cov = predict(x_t, t)
+    coef = step_coefficients(schedule, t, s, eta)
+    x0_hat, _ = predict_x0(schedule, x_t, t, eps_hat, clip_x0)
+    var_p = coef.lam2 + jnp.square(coef.cov_coef) * x0_cov
+    var_p = jnp.broadcast_to(var_p, x0.shape)
+    diff = coef.cov_coef * (x0 - x0_hat)
+    return jnp.sum(_gauss_kl(diff, coef.lam2, 0.0, var_p), axis=axes)
+
+  trans = jax.lax.map(transition, (ts, ss, keys))
+
+  t0 = jnp.asarray(timesteps[0])
+  noise = jax.random.normal(key_dec, x0.shape, x0.dtype)
+  x_1 = q_sample(schedule, x0, jnp.full((x0.shape[0],), t0), noise)
+  eps_hat, x0_cov = predict(x_1, t0)
+  x0_hat, _ = predict_x0(schedule, x_1, t0, eps_hat, clip_x0)
+  if decoder_var is None:
+    var = x0_cov
+  else:  # NaN means "no override", so one compiled program serves every method.
+    decoder_var = jnp.asarray(decoder_var, x0.dtype)
+    var = jnp.where(jnp.isnan(decoder_var), x0_cov, decoder_var)
+  var = jnp.broadcast_to(var, x0.shape)
+  decoder = jnp.sum(0.5 * (jnp.log(2 * jnp.pi * var) + jnp.square(x0 - x0_hat) / var), axis=axes)
+  terms = jnp.concatenate([prior[None], trans, decoder[None]], axis=0)
+  return jnp.sum(terms, axis=0), terms
+
+
+def beta_tilde_decoder_var(schedule: Schedule, timesteps: np.ndarray) -> float:
+  """DDPM's convention for beta~ at the last step: reuse the previous step's lam~^2."""
+  t, s = int(timesteps[1]), int(timesteps[0])
+  abar = schedule.abar
+  return float((1 - abar[t] / abar[s]) * (1 - abar[s]) / (1 - abar[t]))

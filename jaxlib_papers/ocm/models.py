@@ -1,0 +1,141 @@
+"""Networks: eps backbones that also return their last features, and the covariance heads.
+
+Every backbone is called as ``model.apply(params, x, t) -> (eps_hat, features)`` with x
+[B, ...] and integer t [B]; the heads read only the (frozen) features, as in the paper, and
+their output layer is zero-initialised.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+
+def timestep_embedding(t: Array, dim: int, max_period: float = 10000.0) -> Array:
+  """Sinusoidal embedding of integer (or real) timesteps t [B] -> [B, dim]."""
+  half = dim // 2
+  freqs = jnp.exp(-math.log(max_period) * jnp.arange(half, dtype=jnp.float32) / half)
+  args = jnp.asarray(t, jnp.float32)[:, None] * freqs[None]
+  emb = jnp.concatenate([jnp.sin(args), jnp.cos(args)], axis=-1)
+  if dim % 2:
+    emb = jnp.pad(emb, ((0, 0), (0, 1)))
+  return emb
+
+
+class MLPBackbone(nn.Module):
+  """Residual MLP eps network for vectors; x [B, D], t [B] -> (eps [B, D], features [B, W])."""
+  width: int = 256
+  depth: int = 3
+  time_embed_dim: int = 64
+
+  @nn.compact
+  def __call__(self, x: Array, t: Array) -> tuple[Array, Array]:
+    temb = timestep_embedding(t, self.time_embed_dim)
+    temb = nn.Dense(self.width)(nn.silu(nn.Dense(self.width)(temb)))
+    h = nn.Dense(self.width)(x) + temb
+    for _ in range(self.depth):
+      # Time enters every block: the eps map changes sharply with t at small t.
+      y = nn.Dense(self.width)(nn.silu(h)) + nn.Dense(self.width, use_bias=False)(temb)
+      h = h + nn.Dense(self.width)(nn.silu(y))
+    features = nn.silu(h)
+    return nn.Dense(x.shape[-1])(features), features
+
+
+class VectorHead(nn.Module):
+  """A covariance head on backbone features [B, W] -> [B, out_dim] (zero-init output)."""
+  out_dim: int
+  hidden: Sequence[int] = (128, 128)
+
+  @nn.compact
+  def __call__(self, features: Array) -> Array:
+    h = features
+    for width in self.hidden:
+      h = nn.silu(nn.Dense(width)(h))
+    return nn.Dense(self.out_dim, kernel_init=nn.initializers.zeros)(h)
+
+
+class _ResBlock(nn.Module):
+  channels: int
+  groups: int
+
+  @nn.compact
+  def __call__(self, x: Array, temb: Array) -> Array:
+    h = nn.Conv(self.channels, (3, 3))(nn.silu(nn.GroupNorm(min(self.groups, x.shape[-1]))(x)))
+    h = h + nn.Dense(self.channels)(nn.silu(temb))[:, None, None, :]
+    h = nn.Conv(self.channels, (3, 3))(nn.silu(nn.GroupNorm(min(self.groups, self.channels))(h)))
+    if x.shape[-1] != self.channels:
+      x = nn.Conv(self.channels, (1, 1))(x)
+    return x + h
+
+
+class UNet(nn.Module):
+  """A small DDPM-style UNet; x [B, H, W, C], t [B] -> (eps like x, features [B, H, W, ch]).
+
+  (No attention: at the scales the suite trains it adds little, and the covariance heads
+  only need the last feature map.)
+  """
+  base_channels: int = 64
+  channel_mults: Sequence[int] = (1, 2, 2)
+  blocks_per_level: int = 2
+  groups: int = 8
+
+  @nn.compact
+  def __call__(self, x: Array, t: Array) -> tuple[Array, Array]:
+    if x.ndim != 4:
+      raise ValueError(f"UNet expects x [B, H, W, C], got shape {x.shape}")
+    temb_dim = 4 * self.base_channels
+    temb = timestep_embedding(t, self.base_channels)
+    temb = nn.Dense(temb_dim)(nn.silu(nn.Dense(temb_dim)(temb)))
+    h = nn.Conv(self.base_channels, (3, 3))(x)
+    skips = [h]
+    for level, mult in enumerate(self.channel_mults):
+      for _ in range(self.blocks_per_level):
+        h = _ResBlock(self.base_channels * mult, self.groups)(h, temb)
+        skips.append(h)
+      if level < len(self.channel_mults) - 1:
+        h = nn.Conv(h.shape[-1], (3, 3), strides=(2, 2))(h)
+        skips.append(h)
+    h = _ResBlock(h.shape[-1], self.groups)(h, temb)
+    for level, mult in reversed(list(enumerate(self.channel_mults))):
+      for _ in range(self.blocks_per_level + 1):
+        h = _ResBlock(self.base_channels * mult, self.groups)(
+            jnp.concatenate([h, skips.pop()], axis=-1), temb)
+      if level > 0:
+        b, hh, ww, c = h.shape
+        h = jax.image.resize(h, (b, 2 * hh, 2 * ww, c), "nearest")
+        h = nn.Conv(c, (3, 3))(h)
+    features = nn.silu(nn.GroupNorm(min(self.groups, h.shape[-1]))(h))
+    return nn.Conv(x.shape[-1], (3, 3))(features), features
+
+
+class ImageHead(nn.Module):
+  """A convolutional covariance head on UNet features [B, H, W, ch] -> [B, H, W, C]."""
+  out_channels: int = 3
+  hidden: int = 64
+
+  @nn.compact
+  def __call__(self, features: Array) -> Array:
+    h = nn.silu(nn.Conv(self.hidden, (3, 3))(features))
+    return nn.Conv(self.out_channels, (3, 3), kernel_init=nn.initializers.zeros)(h)
+
+
+def make_backbone(kind: str, **kwargs) -> nn.Module:
+  if kind == "mlp":
+    return MLPBackbone(**kwargs)
+  if kind == "unet":
+    return UNet(**kwargs)
+  raise ValueError(f"backbone kind must be 'mlp' or 'unet', got {kind!r}")
+
+
+def make_head(kind: str, out_dim: int, **kwargs) -> nn.Module:
+  if kind == "mlp":
+    return VectorHead(out_dim=out_dim, **kwargs)
+  if kind == "unet":
+    return ImageHead(out_channels=out_dim, **kwargs)
+  raise ValueError(f"head kind must be 'mlp' or 'unet', got {kind!r}")

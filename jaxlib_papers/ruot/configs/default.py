@@ -1,0 +1,72 @@
+"""DeepRUOT configs: ``get_config(preset)`` for ``smoke`` | ``cpu`` | ``full``.
+
+The base is the paper's gene-network schedule (official notebook ``simulation_gene``):
+stage 1 Adam 1e-3 for 50 passes of 0.1 L_OT + L_mass, stage 2 v only for 30 passes of
+0.1 L_OT, stage 3 score matching 3001 steps (Adam 1e-4, sigma 0.25), stage 4 SGD 1e-5 for
+10 passes of L_OT + 1000 L_mass + energy + PINN + 0.1 initial-density.
+
+``loop.num_steps`` is filled per stage by ``train.run`` (each stage is its own
+``core.train_loop`` run in ``workdir/stageN``); set the stage lengths in ``stageN.*``.
+"""
+
+from __future__ import annotations
+
+from jaxlib_papers.core.config import make_config
+
+_BASE = dict(
+    seed=0,
+    num_seeds=1,                  # seeds trained together by jax.vmap
+    data=dict(
+        source="simulator",       # "simulator" (ours, no file) | "csv"
+        path="",                  # CSV path (samples,x1..xd) when source == "csv"
+        hold_out=-1,              # index of the time point left out of training (-1: none)
+        sim_cells=400,
+        sim_noise=0.05,
+        sim_seed=0,
+    ),
+    model=dict(width=128, depth=3),
+    sigma=0.25,                   # diffusion of the SDE / bridges
+    alpha=1.0,                    # growth penalty alpha * g^2 in the action
+    ode=dict(dt=0.01, method="euler"),
+    ot=dict(method="sinkhorn", epsilon=0.01, threshold=1e-3, max_iterations=2000),
+    sequential_updates=True,      # one optimizer step per interval, as the paper
+    stage1=dict(passes=50, passes_per_step=10, lr=1e-3, lambda_ot=0.1, lambda_mass=1.0),
+    stage2=dict(passes=30, passes_per_step=10, lr=1e-3, lambda_ot=0.1),
+    stage3=dict(steps=3001, steps_per_call=250, lr=1e-4),
+    stage4=dict(passes=10, passes_per_step=10, lr=1e-5, dt=0.1, lambda_ot=1.0,
+                lambda_mass=1000.0, lambda_energy=1.0, lambda_pinn=1.0, lambda_initial=0.1,
+                pinn_relative=False, kde_variance=0.4, kde_scale=2.0),
+    eval=dict(sde=True, sde_seed=0),
+    loop=dict(num_steps=0, log_every=1, checkpoint_every=1000000, quiet=False),
+)
+
+_OVERRIDES = {
+    "smoke": {
+        "data.sim_cells": 64,
+        "model.width": 32,
+        "ode.dt": 0.05,
+        "ot.epsilon": 0.02,
+        "ot.max_iterations": 500,
+        "stage1.passes": 40, "stage1.passes_per_step": 20,
+        "stage2.passes": 0,
+        "stage3.steps": 100, "stage3.steps_per_call": 100,
+        "stage4.passes": 1, "stage4.passes_per_step": 1, "stage4.dt": 0.25,
+        "loop.quiet": True,
+    },
+    "cpu": {
+        "num_seeds": 3,
+        "data.source": "csv",
+        "data.hold_out": 2,
+    },
+    "full": {
+        "num_seeds": 8,
+        "data.source": "csv",
+        "data.hold_out": 2,
+        "ot.method": "exact",
+    },
+}
+
+
+def get_config(preset: str = "smoke"):
+  """Returns the ConfigDict of ``preset`` (``smoke`` | ``cpu`` | ``full``)."""
+  return make_config(preset, _BASE, _OVERRIDES)

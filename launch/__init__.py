@@ -1,0 +1,1 @@
+"""absl launchers: ``python -m launch.<paper> --config=...:<preset> --workdir=DIR``."""

@@ -1,0 +1,118 @@
+r"""Runs every registered reproduction check and writes a report.
+
+  python -m launch.reproduce                       # all checks, cpu preset
+  python -m launch.reproduce --only=core,minimax --preset=smoke
+
+Prints a table (check, claim, paper, ours, holds, seconds) and writes
+``<report_dir>/report.md`` (+ ``report.json`` and the checks' PNG plots). Data files are
+read from ``--data_dir`` (default ``../shared/data`` when it exists); a check whose file is
+missing falls back to generated data, and the table's data column says which was used.
+Exits 0 even when a claim does not hold (that is a result); exits 1 when a check crashes.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+import time
+import traceback
+
+from absl import app, flags
+
+from launch import common
+
+_PRESET = flags.DEFINE_enum("preset", "cpu", ["smoke", "cpu", "full"], "Size of the runs.")
+_ONLY = flags.DEFINE_list("only", [], "Checks to run (default: all registered).")
+_DATA_DIR = flags.DEFINE_string(
+    "data_dir", None, "Folder of the shared data files (default ../shared/data if present).")
+_REPORT_DIR = flags.DEFINE_string("report_dir", "reports/reproduce", "Where to write the report.")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of every check.")
+
+
+def default_data_dir() -> pathlib.Path | None:
+  for candidate in (pathlib.Path("../shared/data"),
+                    pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"):
+    if candidate.is_dir():
+      return candidate.resolve()
+  return None
+
+
+def _cell(text: str) -> str:
+  return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def run(preset: str = "cpu", only: list[str] | None = None, data_dir=None,
+        report_dir="reports/reproduce", seed: int = 0) -> list[dict]:
+  """Runs the checks; returns one row per claim (also written to the report)."""
+  from jaxlib_papers.core import reproduce  # pylint: disable=g-import-not-at-top
+  registry = reproduce.load_all()
+  names = list(only) if only else list(registry)
+  unknown = [n for n in names if n not in registry]
+  if unknown:
+    raise ValueError(f"unknown check(s) {unknown}: registered are {sorted(registry)}")
+  data_dir = pathlib.Path(data_dir) if data_dir else default_data_dir()
+  report_dir = pathlib.Path(report_dir)
+  rows, failed = [], []
+  print(f"[reproduce] preset={preset} data_dir={data_dir or 'none (generated data)'} "
+        f"checks={names}", flush=True)
+  for name in names:
+    ctx = reproduce.Context(preset=preset, report_dir=report_dir / name,
+                            data_dir=data_dir, seed=seed)
+    start = time.perf_counter()
+    print(f"[reproduce] running {name} ...", flush=True)
+    try:
+      claims = registry[name](ctx)
+    except Exception:  # pylint: disable=broad-except
+      traceback.print_exc()
+      failed.append(name)
+      rows.append({"check": name, "claim": "check crashed (see log)", "paper": "-",
+                   "ours": "-", "holds": False, "data": "-",
+                   "seconds": time.perf_counter() - start})
+      continue
+    seconds = time.perf_counter() - start
+    for i, claim in enumerate(claims):
+      row = {"check": name, **claim.__dict__, "seconds": seconds if i == 0 else None}
+      row["holds"] = bool(row["holds"])
+      rows.append(row)
+    print(f"[reproduce] {name}: {sum(c.holds for c in claims)}/{len(claims)} claims hold "
+          f"({seconds:.1f} s)", flush=True)
+  _write_report(rows, report_dir, preset, data_dir)
+  if failed:
+    raise RuntimeError(f"checks crashed: {failed}")
+  return rows
+
+
+def _write_report(rows, report_dir: pathlib.Path, preset, data_dir) -> None:
+  report_dir.mkdir(parents=True, exist_ok=True)
+  header = "| check | claim | paper | ours | holds | data | seconds |"
+  lines = [f"# Reproduction report (preset `{preset}`)", "",
+           f"Data folder: `{data_dir or 'none: generated data only'}`", "",
+           header, "|---|---|---|---|---|---|---|"]
+  for r in rows:
+    secs = "" if r["seconds"] is None else f"{r['seconds']:.1f}"
+    lines.append(f"| {r['check']} | {_cell(r['claim'])} | {_cell(r['paper'])} | "
+                 f"{_cell(r['ours'])} | {'yes' if r['holds'] else 'NO'} | {_cell(r['data'])} "
+                 f"| {secs} |")
+  plots = sorted(report_dir.rglob("*.png"))
+  if plots:
+    lines += ["", "## Plots", ""]
+    lines += [f"![{p.stem}]({p.relative_to(report_dir)})" for p in plots]
+  (report_dir / "report.md").write_text("\n".join(lines) + "\n")
+  (report_dir / "report.json").write_text(json.dumps(rows, indent=1))
+  print("\n".join(lines[4:]), flush=True)
+  print(f"[reproduce] report written to {report_dir / 'report.md'}", flush=True)
+
+
+def main(argv):
+  del argv
+  common.setup()
+  try:
+    run(_PRESET.value, _ONLY.value, _DATA_DIR.value, _REPORT_DIR.value, _SEED.value)
+  except RuntimeError as e:
+    print(f"[reproduce] {e}", file=sys.stderr)
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,219 @@
+"""Closed-form checks of the OCM math: Tweedie, probe estimator, samplers, NELBO (float64)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from jaxlib_papers.core.precision import enable_x64
+from jaxlib_papers.ocm import covariance, diffusion, gmm
+
+
+@pytest.fixture(scope="module")
+def schedule():
+  return diffusion.make_schedule("linear", 1000)
+
+
+def test_schedules_and_timesteps():
+  lin = diffusion.make_schedule("linear", 1000)
+  assert lin.abar[0] == 1.0 and lin.betas[1] == pytest.approx(1e-4)
+  assert lin.betas[-1] == pytest.approx(0.02)
+  np.testing.assert_allclose(lin.abar[1:], np.cumprod(1 - np.linspace(1e-4, 0.02, 1000)))
+  cos = diffusion.make_schedule("cosine", 1000)
+  assert np.all(np.diff(cos.abar) < 0) and cos.abar[-1] < 1e-3
+  f = lambda t: np.cos((t / 1000 + 0.008) / 1.008 * np.pi / 2) ** 2
+  assert cos.abar[500] == pytest.approx(f(500) / f(0), rel=1e-9)
+  ts = diffusion.skip_timesteps(10, 1000)
+  assert ts[0] == 1 and ts[-1] == 1000 and len(ts) == 10 and ts[1] == 112
+  with pytest.raises(ValueError, match="kind"):
+    diffusion.make_schedule("quadratic")
+  with pytest.raises(ValueError, match="num_sample_steps"):
+    diffusion.skip_timesteps(1, 1000)
+
+
+def test_second_order_tweedie_on_random_mixture():
+  with enable_x64():
+    mix = gmm.random_mixture(0, num_modes=4, dim=3)
+    mix = gmm.GaussianMixture(*(jnp.asarray(a, jnp.float64) for a in mix))
+    x_t = jnp.array([0.3, -0.2, 0.1], jnp.float64)
+
+    @jax.jit
+    def quantities(abar):
+      hess = jax.hessian(lambda x: gmm.log_prob(mix, x, abar))(x_t)
+      score_ad = jax.grad(lambda x: gmm.log_prob(mix, x, abar))(x_t)
+      return (hess, score_ad, *gmm.score_and_hessian_diag(mix, x_t, abar),
+              *gmm.posterior_moments(mix, x_t, abar))
+
+    for abar in (0.9, 0.4, 0.05):
+      sig2 = 1.0 - abar
+      hess, score_ad, score, hess_diag, mean, cov = quantities(abar)
+      np.testing.assert_allclose(score, score_ad, rtol=1e-10, atol=1e-12)
+      np.testing.assert_allclose(hess_diag, jnp.diag(hess), rtol=1e-10, atol=1e-12)
+      # First order: E[x0 | x_t] = (x_t + sigma^2 score) / alpha.
+      np.testing.assert_allclose(mean, (x_t + sig2 * score) / np.sqrt(abar), rtol=1e-10)
+      # Second order: Cov[x0 | x_t] = (sigma^4 H + sigma^2 I) / abar (the full matrix).
+      np.testing.assert_allclose(cov, (sig2**2 * hess + sig2 * jnp.eye(3)) / abar,
+                                 rtol=1e-9, atol=1e-12)
+
+
+def test_probe_estimator_unbiased_with_predicted_variance():
+  with enable_x64():
+    mix = gmm.random_mixture(1, num_modes=3, dim=4)
+    mix = gmm.GaussianMixture(*(jnp.asarray(a, jnp.float64) for a in mix))
+    abar = 0.3
+    sigma = np.sqrt(1 - abar)
+    x_t = jnp.array([[0.2, -0.4, 0.1, 0.3]], jnp.float64)
+    # The exact eps of the mixture, as the "network": eps = -sigma grad log q_t.
+    eps_fn = lambda x: (-sigma * jax.vmap(jax.grad(lambda y: gmm.log_prob(mix, y, abar)))(x), x)
+    num = 20000
+    probes = covariance.rademacher_probes(jax.random.key(0), num, x_t.shape, jnp.float64)
+    per_probe = jax.jit(jax.vmap(
+        lambda v: covariance.ocm_target(eps_fn, x_t, sigma, v[None])[0][0]))(probes)
+    hess = jax.hessian(lambda y: gmm.log_prob(mix, y, abar))(x_t[0])
+    h_true = (1 - abar) * jnp.diag(hess)
+    # Var[v_i (Hv)_i] = sum_{j != i} H_ij^2 (times sigma^4 in h-space).
+    off = hess - jnp.diag(jnp.diag(hess))
+    var_pred = (1 - abar) ** 2 * jnp.sum(off**2, axis=1)
+    mean, var = per_probe.mean(0), per_probe.var(0)
+    np.testing.assert_array_less(jnp.abs(mean - h_true), 5 * jnp.sqrt(var_pred / num) + 1e-12)
+    np.testing.assert_allclose(var, var_pred, rtol=0.05)
+    # Averaging M probes divides the variance by M; the mean of all M is the same estimator.
+    avg = jax.jit(lambda p: covariance.ocm_target(eps_fn, x_t, sigma, p)[0][0])(probes)
+    np.testing.assert_allclose(avg, mean, rtol=1e-10)
+
+
+def test_ddpm_step_matches_the_brief_form(schedule):
+  t, s = 600, 300
+  abar = schedule.abar
+  x_t = jnp.array([[0.5, -1.0]])
+  eps = jnp.array([[0.2, 0.1]])
+  c = jnp.array([[0.1, 0.3]])
+  mean, var = diffusion.reverse_moments(schedule, x_t, t, s, eps, c, eta=1.0)
+  x0_hat = (x_t - np.sqrt(1 - abar[t]) * eps) / np.sqrt(abar[t])
+  beta = 1 - abar[t] / abar[s]
+  sig2_t, sig2_s = 1 - abar[t], 1 - abar[s]
+  mean_ref = (np.sqrt(abar[s]) * beta / sig2_t) * x0_hat + (
+      np.sqrt(abar[t] / abar[s]) * sig2_s / sig2_t) * x_t
+  var_ref = beta * sig2_s / sig2_t + abar[s] * beta**2 / sig2_t**2 * c
+  np.testing.assert_allclose(mean, mean_ref, rtol=1e-5)
+  np.testing.assert_allclose(var, var_ref, rtol=1e-5)
+  # DDIM eta = 0 with nonzero c is still stochastic, with the brief's variance.
+  mean0, var0 = diffusion.reverse_moments(schedule, x_t, t, s, eps, c, eta=0.0)
+  coef = np.sqrt(abar[s]) - np.sqrt(sig2_s * abar[t] / sig2_t)
+  np.testing.assert_allclose(var0, coef**2 * c, rtol=1e-5)
+  np.testing.assert_allclose(mean0, np.sqrt(abar[s]) * x0_hat + np.sqrt(sig2_s) * eps, rtol=1e-5)
+  # DDPM's fixed beta equals x0-covariance sigma_t^2 for any skip.
+  _, var_beta = diffusion.reverse_moments(schedule, x_t, t, s, eps,
+                                          covariance.x0_covariance("beta", abar[t]))
+  np.testing.assert_allclose(var_beta, beta, rtol=1e-5)
+
+
+def _gaussian(dtype):
+  # One diagonal Gaussian component: q(x_s | x_t) is then exactly Gaussian.
+  return gmm.make_mixture(jnp.ones(1, dtype), jnp.array([[0.3, -0.2]], dtype),
+                          jnp.array([[0.5, 0.2]], dtype))
+
+
+def test_gaussian_data_exact_posterior_step(schedule):
+  with enable_x64():
+    data = _gaussian(jnp.float64)
+    oracle = gmm.GMMOracle(data, schedule.abar)
+    mu, s2 = data.means[0], data.stds[0] ** 2
+    abar = schedule.abar
+    x_t = jnp.array([[0.7, -1.3]], jnp.float64)
+    for t, s in ((1000, 889), (500, 200), (112, 1)):
+      eps, h = oracle.eps_and_h(x_t, t)
+      c = covariance.x0_covariance("exact", abar[t], eps_var=1 + h, max_var=10.0)
+      mean, var = diffusion.reverse_moments(schedule, x_t, t, s, eps, c, eta=1.0)
+      # Exact Gaussian conditioning of (x_s, x_t).
+      var_s = abar[s] * s2 + 1 - abar[s]
+      var_t = abar[t] * s2 + 1 - abar[t]
+      cov_st = np.sqrt(abar[t] / abar[s]) * var_s
+      mean_ref = np.sqrt(abar[s]) * mu + cov_st / var_t * (x_t - np.sqrt(abar[t]) * mu)
+      var_ref = var_s - cov_st**2 / var_t
+      np.testing.assert_allclose(mean, mean_ref, rtol=1e-9)
+      np.testing.assert_allclose(var, jnp.broadcast_to(var_ref, var.shape), rtol=1e-9)
+
+
+def test_gaussian_data_nelbo_equals_entropy(schedule):
+  """Exact eps and covariance make every reverse step exact, so E[NELBO] = E[-log q(x0)]."""
+  with enable_x64():
+    data = _gaussian(jnp.float64)
+    oracle = gmm.GMMOracle(data, schedule.abar)
+
+    def predict(x_t, t):
+      eps, h = oracle.eps_and_h(x_t, t)
+      return eps, covariance.x0_covariance("exact", jnp.asarray(schedule.abar)[t],
+                                           eps_var=1 + h, max_var=10.0)
+
+    x0 = gmm.sample(data, jax.random.key(1), 4000)
+    ts = diffusion.skip_timesteps(10, 1000)
+    bound, terms = jax.jit(lambda x, k: diffusion.nelbo(predict, schedule, ts, x, k))(
+        x0, jax.random.key(2))
+    assert terms.shape == (11, 4000)
+    nll = -gmm.log_prob(data, x0)
+    gap = bound - nll
+    # Not exactly zero per sample (a bound); zero in expectation up to the prior mismatch.
+    assert abs(float(gap.mean())) < 4 * float(gap.std()) / np.sqrt(4000) + 1e-3
+    # A worse covariance (DDPM's beta) gives a strictly larger bound.
+    beta = lambda x_t, t: (predict(x_t, t)[0], 1.0 - jnp.asarray(schedule.abar)[t])
+    bound_beta, _ = jax.jit(lambda x, k: diffusion.nelbo(beta, schedule, ts, x, k))(
+        x0, jax.random.key(2))
+    assert float(bound_beta.mean()) > float(bound.mean()) + 0.05
+
+
+def test_gaussian_data_ocm_head_then_sampler(schedule):
+  """OCM loss on Gaussian data learns h exactly; the K = 10 sampler then matches the data."""
+  with enable_x64():
+    data = _gaussian(jnp.float64)
+    oracle = gmm.GMMOracle(data, schedule.abar)
+    ts = diffusion.skip_timesteps(10, 1000)
+    sigmas = np.sqrt(1 - schedule.abar[ts])
+    # A head with one free value per (sampling timestep, dim): H is constant in x here.
+    opt = optax.adam(0.05)
+
+    def loss(table, key):
+      k1, k2, k3, k4 = jax.random.split(key, 4)
+      idx = jax.random.randint(k1, (256,), 0, len(ts))
+      t = jnp.asarray(ts)[idx]
+      x0 = gmm.sample(data, k2, 256)
+      x_t = diffusion.q_sample(schedule, x0, t, jax.random.normal(k3, x0.shape, x0.dtype))
+      fn = lambda x: (jax.vmap(lambda xi, ti: oracle.eps_and_h(xi[None], ti)[0][0])(x, t), x)
+      probes = covariance.rademacher_probes(k4, 1, x0.shape, x0.dtype)
+      target, _, _ = covariance.ocm_target(fn, x_t, jnp.asarray(sigmas)[idx][:, None], probes)
+      return covariance.head_losses({"ocm": table[idx]}, eps=x0, eps_hat=x0,
+                                    ocm_target_value=target)["ocm"]
+
+    def step(carry, key):
+      table, opt_state = carry
+      g = jax.grad(loss)(table, key)
+      updates, opt_state = opt.update(g, opt_state)
+      return (optax.apply_updates(table, updates), opt_state), None
+
+    table = jnp.zeros((len(ts), 2), jnp.float64)
+    (table, _), _ = jax.lax.scan(step, (table, opt.init(table)),
+                                 jax.random.split(jax.random.key(0), 300))
+    h_true = jnp.stack([oracle.eps_and_h(jnp.zeros((1, 2)), t)[1][0] for t in ts])
+    np.testing.assert_allclose(table, h_true, atol=1e-3)
+
+    lookup = {int(t): i for i, t in enumerate(ts)}
+    def predict(x_t, t):
+      eps, _ = oracle.eps_and_h(x_t, t)
+      i = jnp.searchsorted(jnp.asarray(ts), t)
+      c = covariance.x0_covariance("ocm", jnp.asarray(schedule.abar)[t], eps_var=1 + table[i],
+                                   max_var=10.0)
+      return eps, c
+    del lookup
+    n = 20000
+    x_T = jax.random.normal(jax.random.key(3), (n, 2), jnp.float64)
+    samples = jax.jit(lambda x, k: diffusion.sample(predict, schedule, ts, x, k))(
+        x_T, jax.random.key(4))
+    std = data.stds[0]
+    np.testing.assert_allclose(samples.mean(0), data.means[0], atol=4 * float(std.max()) / np.sqrt(n))
+    # Var of a sample variance ~ 2 s^4 / n; the last (mean) step removes Var[x0|x_1] ~ 1e-4.
+    np.testing.assert_allclose(samples.var(0), std**2, rtol=4 * np.sqrt(2 / n) + 2e-3)
+    # With c = 0 (beta~) the sampler is visibly wrong at K = 10 (variance too small).
+    bt = lambda x_t, t: (oracle.eps_and_h(x_t, t)[0], 0.0)
+    samples_bt = diffusion.sample(bt, schedule, ts, x_T, jax.random.key(4))
+    assert float(samples_bt.var(0)[0]) < 0.9 * float(std[0] ** 2)
