@@ -49,7 +49,8 @@ class MLP(nn.Module):
   def __call__(self, x: jax.Array) -> jax.Array:
     for i, width in enumerate(self.features):
       last = i == len(self.features) - 1
-      init = nn.initializers.zeros if (last and self.zero_init_last) else nn.linear.default_kernel_init
+      zero = last and self.zero_init_last
+      init = nn.initializers.zeros if zero else nn.linear.default_kernel_init
       x = nn.Dense(width, kernel_init=init)(x)
       if not last:
         x = self.activation(x)

@@ -8,15 +8,11 @@
 
 from __future__ import annotations
 
-import numpy as np
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from jaxlib_papers.core import metrics
-from jaxlib_papers.core import ot
-from jaxlib_papers.core import precision
-from jaxlib_papers.core import reproduce
-from jaxlib_papers.core import sde
+from jaxlib_papers.core import metrics, ot, precision, reproduce, sde
 
 
 def _entropic_gaussian_claim(preset: str) -> reproduce.Claim:
@@ -59,7 +55,8 @@ def _w2_claim(preset: str, seed: int) -> reproduce.Claim:
 
 
 def _ou_claim(preset: str, seed: int) -> reproduce.Claim:
-  # dX = -theta X dt + s dW from X0 = x0: mean x0 e^{-theta T}, var s^2 (1 - e^{-2 theta T}) / 2 theta.
+  # dX = -theta X dt + s dW from x0: mean x0 e^{-theta T},
+  # var s^2 (1 - e^{-2 theta T}) / (2 theta).
   theta, s, x0, horizon = 1.5, 0.7, 2.0, 1.0
   n = 20_000 if preset == "smoke" else 200_000
   ts = jnp.linspace(0.0, horizon, 201)

@@ -6,12 +6,7 @@ import numpy as np
 import pytest
 
 from jaxlib_papers.core import config as config_lib
-from jaxlib_papers.core import metrics
-from jaxlib_papers.core import nn
-from jaxlib_papers.core import ot
-from jaxlib_papers.core import precision
-from jaxlib_papers.core import sde
-
+from jaxlib_papers.core import metrics, nn, ot, precision, sde
 
 # ---------------------------------------------------------------- integrators
 
@@ -65,8 +60,8 @@ def test_euler_maruyama_strong_order_with_brownian_refinement():
     errors, steps = [], [8, 16, 32, 64, 128]
     for n in steps:
       inc = dw.reshape(n, fine // n, n_paths).sum(1)
-      def body(x, w):
-        return x + mu * x * (horizon / n) + s * x * w, None
+      def body(x, w, dt=horizon / n):
+        return x + mu * x * dt + s * x * w, None
       x_end, _ = jax.lax.scan(body, jnp.ones(n_paths), inc)
       errors.append(float(jnp.mean(jnp.abs(x_end - exact))))
   assert abs(_order(errors, steps) - 0.5) < 0.15
@@ -141,7 +136,8 @@ def test_entropic_gaussian_closed_form_limits():
 def test_sinkhorn_matches_entropic_gaussian_on_a_grid():
   with precision.enable_x64():
     grid = np.linspace(-8.0, 9.0, 240)
-    a = np.exp(-grid**2 / 2); b = np.exp(-(grid - 1.0) ** 2 / (2 * 0.5))
+    a = np.exp(-grid**2 / 2)
+    b = np.exp(-(grid - 1.0) ** 2 / (2 * 0.5))
     a, b = a / a.sum(), b / b.sum()
     out = ot.sinkhorn(grid[:, None], grid[:, None], a, b, epsilon=0.5, threshold=1e-8,
                       max_iterations=20000)

@@ -1,7 +1,5 @@
 """train_loop: sharded == single device, resume == uninterrupted, NaN guard, config guard."""
 
-import json
-import pathlib
 from typing import NamedTuple
 
 import jax
@@ -11,9 +9,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxlib_papers.core import distributed
-from jaxlib_papers.core import train_loop
-from jaxlib_papers.core import writers
+from jaxlib_papers.core import distributed, train_loop, writers
 
 
 class State(NamedTuple):
