@@ -1,0 +1,47 @@
+"""LEN: second-order min-max optimization with lazy Hessians (Chen, Liu, Zhang, ICLR 2025).
+
+Solvers (pure, jittable ``solve(z0)`` functions, one ``lax.while_loop`` each, float64):
+``make_len`` (LEN), ``make_eg2`` (m = 1), ``make_eg``, ``make_len_restart``; ``run`` jits
+one in float64. Problems: ``cubic_bilinear`` (exact saddle), ``fairness_logistic``,
+``from_objective`` (any f(x, y)).
+"""
+
+from jaxlib_papers.minimax.data import (
+    FairnessData,
+    generated_fairness_data,
+    load_heart,
+    read_libsvm,
+)
+from jaxlib_papers.minimax.kernel import (
+    FACTORIZATIONS,
+    RestartResult,
+    SolveResult,
+    find_regularization,
+    make_eg,
+    make_eg2,
+    make_len,
+    make_len_restart,
+    make_len_sweep,
+    make_solver,
+    num_restarts,
+    official_reg_weight,
+    restart_iterations,
+    run,
+    solve_subproblem,
+)
+from jaxlib_papers.minimax.problems import (
+    MinimaxProblem,
+    cubic_bilinear,
+    fairness_logistic,
+    from_objective,
+    safe_norm,
+)
+
+__all__ = [
+    "FACTORIZATIONS", "FairnessData", "MinimaxProblem", "RestartResult", "SolveResult",
+    "cubic_bilinear", "fairness_logistic", "find_regularization", "from_objective",
+    "generated_fairness_data", "load_heart", "make_eg", "make_eg2", "make_len",
+    "make_len_restart", "make_len_sweep", "make_solver", "num_restarts",
+    "official_reg_weight", "read_libsvm", "restart_iterations", "run", "safe_norm",
+    "solve_subproblem",
+]
