@@ -1,0 +1,14 @@
+"""FSBM: Feedback Schrodinger Bridge Matching (Theodoropoulos et al., ICLR 2025).
+
+Public API:
+  gpath       Gaussian-path splines, drifts (forward/backward).
+  feedback    feedback cost G from aligned keypoints, grad G, divergence term.
+  kernel      CondSOC loss/solve (one program over all pairs), bridge matching,
+              sampling, the alternating kernel (``make_kernel``).
+  baselines   SB-CFM with minibatch Sinkhorn couplings (ott-jax).
+  tasks       S-tunnel / V-neck marginals and obstacles, generated keypoints,
+              keypoint and latent loaders, metrics (collision, directional similarity).
+  train       ``run(config, workdir)`` (core.train_loop) and ``run_in_memory``.
+"""
+
+from jaxlib_papers.fsbm import feedback, gpath, kernel, tasks  # noqa: F401

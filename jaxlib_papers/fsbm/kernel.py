@@ -123,8 +123,9 @@ def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
   The per-pair losses are summed and divided by ``settings.micro_batch``, so
   each pair's gradient (and hence its SGD step) is exactly what the official
   code gives with micro-batches of mB pairs, independently of B and of how the
-  pairs are sharded. Noise for pair b at iteration i is drawn from
-  fold_in(split(key, B)[b], i), also independent of sharding.
+  pairs are sharded. Noise at iteration i is one [B, N, S, D] draw from
+  fold_in(key, i); with JAX's partitionable threefry (the default) each device
+  draws its own slice and the values do not depend on the sharding.
 
   Args:
     x0, x1: [B, D] endpoints.
@@ -148,12 +149,10 @@ def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
       mean_path)
   tx = condsoc_optimizer(settings)
   opt_state = tx.init(params)
-  pair_keys = jax.random.split(key, num_pairs)
-  noise_shape = (settings.num_noise, settings.num_steps, dim)
+  noise_shape = (num_pairs, settings.num_noise, settings.num_steps, dim)
 
   def objective(p, it):
-    noise = jax.vmap(lambda k: jax.random.normal(
-        jax.random.fold_in(k, it), noise_shape, x0.dtype))(pair_keys)
+    noise = jax.random.normal(jax.random.fold_in(key, it), noise_shape, x0.dtype)
     losses, _ = jax.vmap(
         lambda pp, a, b, n: condsoc_pair_loss(
             pp, a, b, n, sigma=settings.sigma, t=t, sign=sign, tau=tau,
@@ -252,6 +251,7 @@ class FSBMState(NamedTuple):
   params: PyTree          # network params, leaves [2, ...]: 0 forward, 1 backward
   opt_state: PyTree       # AdamW state, leaves [2, ...]
   ema_params: PyTree      # EMA of params, leaves [2, ...]
+  num_updates: jax.Array  # [2] int32 M-step updates of each network so far
   key: jax.Array          # typed PRNG key
 
 
@@ -329,7 +329,8 @@ def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
     params = _stack2([net.init(k_fwd, x, t), net.init(k_bwd, x, t)])
     opt_state = jax.vmap(tx.init)(params)
     return FSBMState(step=jnp.zeros((), jnp.int32), params=params,
-                     opt_state=opt_state, ema_params=params, key=key)
+                     opt_state=opt_state, ema_params=params,
+                     num_updates=jnp.zeros((2,), jnp.int32), key=key)
 
   def sim(state, x_start, key, sign, use_ema=True):
     idx = jnp.where(jnp.asarray(sign) > 0, 0, 1)
@@ -373,8 +374,11 @@ def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
     opt_state = _take(state.opt_state, train_idx)
     ema = _take(state.ema_params, train_idx)
 
-    def match_step(carry, step_key):
+    count0 = state.num_updates[train_idx]
+
+    def match_step(carry, inputs):
       p, s, e = carry
+      step_key, i = inputs
       k_idx, k_t, k_n = jax.random.split(step_key, 3)
       idx = jax.random.randint(k_idx, (settings.match_batch,), 0, num_pairs)
       t = jax.random.uniform(k_t, (settings.match_batch,), x0.dtype,
@@ -389,17 +393,24 @@ def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
           p, apply_fn, xt, t, target)
       updates, s = tx.update(grads, s, p)
       p = optax.apply_updates(p, updates)
-      e = optax.incremental_update(p, e, 1.0 - settings.ema_decay)
+      # EMA warm-up min(decay, (1 + n) / (10 + n)): at the official scale
+      # (4000 steps per alternation) it is the plain 0.999 EMA, but at reduced
+      # scale a cold EMA would still weigh the random init by 0.999^steps.
+      n = (count0 + i).astype(jnp.float32)
+      decay = jnp.minimum(settings.ema_decay, (1.0 + n) / (10.0 + n))
+      e = optax.incremental_update(p, e, 1.0 - decay)
       return (p, s, e), loss
 
     (params, opt_state, ema), match_losses = jax.lax.scan(
         match_step, (params, opt_state, ema),
-        jax.random.split(k_match, settings.match_steps))
+        (jax.random.split(k_match, settings.match_steps),
+         jnp.arange(settings.match_steps)))
     new_state = FSBMState(
         step=k + 1,
         params=_put(state.params, train_idx, params),
         opt_state=_put(state.opt_state, train_idx, opt_state),
         ema_params=_put(state.ema_params, train_idx, ema),
+        num_updates=state.num_updates.at[train_idx].add(settings.match_steps),
         key=key)
     metrics = {
         "loss": jnp.mean(match_losses[-max(1, settings.match_steps // 10):]),

@@ -74,9 +74,9 @@ def generate_keypoints(name: str, num: int, num_steps: int, *, seed: int = 0,
 
   Endpoints are sampled from the marginals and paired by exact OT (POT); each
   pair is joined by an analytic obstacle-avoiding path: the S-tunnel path
-  bends by +/-6 in y (a sine over time) to pass above the left and below the
-  right obstacle; the V-neck path scales y by |x| / 7 so it shrinks into the
-  neck. A small Brownian-bridge jitter makes the set look like observed data.
+  bends by +/-7 in y (a sine over time) to pass above the left and below the
+  right obstacle; the V-neck path scales y by 0.25 + 0.75 |x| / 7 so it shrinks into
+  the neck. A small Brownian-bridge jitter makes the set look like observed data.
 
   Returns:
     [num, num_steps, 2] float32 on the grid linspace(eps, 1 - eps, num_steps).
@@ -90,10 +90,12 @@ def generate_keypoints(name: str, num: int, num_steps: int, *, seed: int = 0,
   t = np.linspace(eps, 1.0 - eps, num_steps)[None, :, None]
   lin = (1.0 - t) * x0[:, None] + t * x1[:, None]                 # [K, S, 2]
   if name == "stunnel":
-    bend = 6.0 * np.sin(2.0 * np.pi * t[..., 0])
+    bend = 7.0 * np.sin(2.0 * np.pi * t[..., 0])
     path = np.stack([lin[..., 0], lin[..., 1] + bend], axis=-1)
   elif name == "vneck":
-    shrink = np.clip(np.abs(lin[..., 0]) / 7.0, 0.0, 1.0)
+    # Keeps a quarter of the spread in the neck, so the per-time std of the
+    # keypoints never collapses (G divides by it) while |y| stays < 0.6 at x=0.
+    shrink = np.clip(0.25 + 0.75 * np.abs(lin[..., 0]) / 7.0, 0.0, 1.0)
     path = np.stack([lin[..., 0], lin[..., 1] * shrink], axis=-1)
   else:
     raise ValueError(f"no analytic keypoint path for task {name!r}")

@@ -47,11 +47,12 @@ BASE = {
 
 OVERRIDES = {
     "smoke": {
-        "batch_size": 64, "csoc.S": 50, "csoc.num_iters": 60,
-        "match.steps": 300, "num_sim_steps": 200, "loop.num_steps": 3,
+        "batch_size": 64, "csoc.S": 30, "csoc.num_iters": 40,
+        "match.steps": 200, "num_sim_steps": 100, "loop.num_steps": 2,
         "eval.num_samples": 256, "num_keypoints": 40, "num_feedback": 32,
     },
-    "cpu": {},
+    # Reduced schedule: official lr/mB, fewer pairs, iterations and M-steps.
+    "cpu": {"csoc.num_iters": 500, "match.steps": 3000, "loop.num_steps": 4},
     "full": {
         "batch_size": 2560, "csoc.num_iters": 1000, "match.steps": 4000,
         "loop.num_steps": 20, "eval.num_samples": 2560,

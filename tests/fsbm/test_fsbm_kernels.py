@@ -1,0 +1,166 @@
+"""FSBM kernel tests: closed forms, finite differences, jit == eager, sharding."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxlib_papers.core import distributed
+from jaxlib_papers.core import precision
+from jaxlib_papers.fsbm import feedback
+from jaxlib_papers.fsbm import gpath
+from jaxlib_papers.fsbm import kernel
+from jaxlib_papers.fsbm import tasks
+
+SOFTPLUS_INV_ONE = math.log(math.e - 1.0)  # softplus(s) = 1: Brownian-bridge std
+
+
+def _bridge_params(x0, x1, num_mean=7, num_gamma=5):
+  mean_path = gpath.linear_mean_path(x0, x1, num_mean)
+  p = gpath.init_params(mean_path, num_gamma)
+  return p._replace(gamma_knots=jnp.full_like(p.gamma_knots, SOFTPLUS_INV_ONE))
+
+
+def test_brownian_bridge_drift_closed_form():
+  """Straight mean + Brownian-bridge std: u_fwd = (x1-x)/(1-t), u_bwd = (x0-x)/t."""
+  sigma = 1.3
+  x0, x1 = jnp.array([-1.0, 2.0]), jnp.array([3.0, -0.5])
+  params = _bridge_params(x0, x1)
+  t = jnp.linspace(0.05, 0.95, 19)
+  noise = jax.random.normal(jax.random.key(0), (3, 19, 2))
+  sample = jax.jit(gpath.sample_and_drift, static_argnums=3)
+  x, u_fwd = sample(params, x0, x1, sigma, t, noise, 1.0)
+  _, u_bwd = sample(params, x0, x1, sigma, t, noise, -1.0)
+  tt = t[None, :, None]
+  np.testing.assert_allclose(u_fwd, (x1 - x) / (1 - tt), rtol=2e-4, atol=2e-4)
+  np.testing.assert_allclose(u_bwd, (x0 - x) / tt, rtol=2e-4, atol=2e-4)
+  # Brownian-bridge marginal std sigma sqrt(t (1 - t)).
+  _, _, std, _ = jax.jit(gpath.mean_and_std, static_argnums=3)(params, x0, x1, sigma, t)
+  np.testing.assert_allclose(std, sigma * np.sqrt(t * (1 - t)), rtol=1e-5)
+
+
+def test_gaussian_path_marginals_and_time_derivatives():
+  key = jax.random.key(1)
+  x0, x1 = jnp.array([0.0, 1.0]), jnp.array([2.0, -1.0])
+  k1, k2, k3 = jax.random.split(key, 3)
+  params = gpath.PathParams(
+      mean_knots=jax.random.normal(k1, (4, 2)) * 2.0,
+      gamma_knots=jax.random.normal(k2, (7,)))
+  t = jnp.array([0.13, 0.52, 0.77])  # off the knots (the slope jumps there)
+  noise = jax.random.normal(k3, (40000, 3, 2))
+  x, _ = jax.jit(gpath.sample_and_drift, static_argnums=3)(params, x0, x1, 0.8, t, noise)
+  mean_and_std = jax.jit(gpath.mean_and_std, static_argnums=3)
+  mean, dmean, std, dstd = mean_and_std(params, x0, x1, 0.8, t)
+  np.testing.assert_allclose(x.mean(0), mean, atol=4 * float(std.max()) / 200)
+  np.testing.assert_allclose(x.var(0), np.broadcast_to(std[:, None] ** 2, (3, 2)),
+                             rtol=0.03)
+  h = 1e-3
+  m_p, _, s_p, _ = mean_and_std(params, x0, x1, 0.8, t + h)
+  m_m, _, s_m, _ = mean_and_std(params, x0, x1, 0.8, t - h)
+  np.testing.assert_allclose(dmean, (m_p - m_m) / (2 * h), rtol=1e-3, atol=1e-3)
+  np.testing.assert_allclose(dstd, (s_p - s_m) / (2 * h), rtol=2e-3, atol=2e-3)
+  # Endpoints are pinned.
+  m_end, _, _, _ = mean_and_std(params, x0, x1, 0.8, jnp.array([0.0, 1.0]))
+  np.testing.assert_allclose(m_end, jnp.stack([x0, x1]), atol=1e-6)
+
+
+@pytest.mark.parametrize("ref", [0, 11])
+def test_feedback_gradient_finite_differences_float64(ref):
+  with precision.enable_x64():
+    rng = np.random.default_rng(ref)
+    kp = jnp.asarray(rng.normal(size=(6, 12, 2)).cumsum(1))
+    inv_std = feedback.keypoint_inv_std(kp)
+    x = kp[2] + jnp.asarray(rng.normal(size=(12, 2))) * 0.3
+    assert x.dtype == jnp.float64
+    g, grad, hess_ones = feedback.feedback_terms(x, kp, inv_std, ref)
+    g_ad, grad_ad, hess_ad = feedback.feedback_terms_autodiff(x, kp, inv_std, ref)
+    np.testing.assert_allclose(g, g_ad, rtol=1e-12)
+    np.testing.assert_allclose(grad, grad_ad, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(hess_ones, hess_ad, rtol=1e-10, atol=1e-10)
+    target = kp[feedback.nearest_keypoint(x[ref], kp[:, ref])]
+
+    cost = jax.jit(lambda z: feedback.feedback_cost(z, target, inv_std, ref))
+
+    h = 1e-6
+    eye = np.eye(x.size).reshape(x.size, *x.shape)
+    fd = np.array([(cost(x + h * e) - cost(x - h * e)) / (2 * h) for e in eye])
+    np.testing.assert_allclose(grad.reshape(-1), fd, rtol=1e-6, atol=1e-6)
+    # H 1 = directional derivative of grad G along ones.
+    ones = jnp.ones_like(x)
+    terms = jax.jit(feedback.feedback_terms)
+    grad_p = terms(x + h * ones, kp, inv_std, ref)[1]
+    grad_m = terms(x - h * ones, kp, inv_std, ref)[1]
+    np.testing.assert_allclose(hess_ones, (grad_p - grad_m) / (2 * h), rtol=1e-5,
+                               atol=1e-5)
+
+
+def _small_problem(num_pairs=16, steps=20):
+  settings = kernel.CondSOCSettings(
+      sigma=1.0, num_mean_knots=5, num_gamma_knots=6, num_steps=steps,
+      num_noise=2, lr_mean=0.05, lr_gamma=0.05, num_iters=6, micro_batch=256)
+  kp = tasks.generate_keypoints("vneck", 10, steps, seed=0)
+  rng = np.random.default_rng(0)
+  p0, p1 = tasks.marginals("vneck")
+  x0, x1 = jnp.asarray(p0.sample(rng, num_pairs)), jnp.asarray(p1.sample(rng, num_pairs))
+  mean_path = jax.vmap(lambda a, b: gpath.linear_mean_path(a, b, 5))(x0, x1)
+  return settings, jnp.asarray(kp), feedback.keypoint_inv_std(kp), x0, x1, mean_path
+
+
+def _solve(settings, kp, inv_std, x0, x1, mean_path, key, sign, tau):
+  return kernel.condsoc_solve(x0, x1, mean_path, key, settings=settings, sign=sign,
+                              tau=tau, keypoints=kp, inv_std=inv_std)
+
+
+def test_condsoc_jit_equals_eager_and_decreases():
+  settings, kp, inv_std, x0, x1, mp = _small_problem()
+  params = gpath.init_params(mp[0], settings.num_gamma_knots)
+  t = kernel.time_grid(settings)
+  noise = jax.random.normal(jax.random.key(0), (2, settings.num_steps, 2))
+
+  def loss(p, sign):
+    return kernel.condsoc_pair_loss(p, x0[0], x1[0], noise, sigma=1.0, t=t, sign=sign,
+                                    tau=10.0, keypoints=kp, inv_std=inv_std)[0]
+
+  # Eager op-by-op dispatch is slow on CPU, so only the forward pass runs eagerly.
+  for sign in (1.0, -1.0):
+    np.testing.assert_allclose(loss(params, sign), jax.jit(loss)(params, sign), rtol=1e-5)
+
+
+def test_condsoc_sharded_equals_single_device():
+  assert jax.device_count() == 8, "conftest sets 8 fake devices"
+  settings, kp, inv_std, x0, x1, mp = _small_problem()
+  key = jax.random.key(4)
+  solve = jax.jit(_solve, static_argnums=0)
+  p_single, l_single = solve(settings, kp, inv_std, x0, x1, mp, key, 1.0, 10.0)
+  mesh = distributed.make_mesh()
+  shard = distributed.data_sharding(mesh)
+  x0s, x1s, mps = (jax.device_put(a, shard) for a in (x0, x1, mp))
+  p_shard, l_shard = solve(settings, kp, inv_std, x0s, x1s, mps, key, 1.0, 10.0)
+  assert len(p_shard.mean_knots.sharding.device_set) == 8
+  np.testing.assert_allclose(l_single, l_shard, rtol=1e-5)
+  assert np.all(np.isfinite(l_single)) and float(l_single[-1]) < float(l_single[0])
+  for a, b in zip(jax.tree.leaves(p_single), jax.tree.leaves(p_shard)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_tau_zero_has_no_feedback_term():
+  """tau = 0 gives the pure control objective (the unguided baseline)."""
+  settings, kp, inv_std, x0, x1, mp = _small_problem(num_pairs=2)
+  params = gpath.init_params(mp[0], settings.num_gamma_knots)
+  t = kernel.time_grid(settings)
+  noise = jax.random.normal(jax.random.key(0), (2, settings.num_steps, 2))
+  loss, aux = kernel.condsoc_pair_loss(params, x0[0], x1[0], noise, sigma=1.0, t=t,
+                                       sign=1.0, tau=0.0, keypoints=kp, inv_std=inv_std)
+  np.testing.assert_allclose(loss, aux["control"], rtol=1e-6)
+  assert float(aux["feedback"]) > 0
+
+
+def test_bad_inputs_raise():
+  with pytest.raises(ValueError, match="keypoints"):
+    feedback.keypoint_inv_std(jnp.zeros((1, 5, 2)))
+  with pytest.raises(ValueError, match="csoc.S"):
+    feedback.check_keypoints(np.zeros((4, 7, 2)), num_steps=9)
+  with pytest.raises(ValueError, match="NaN"):
+    feedback.check_keypoints(np.full((4, 7, 2), np.nan))
