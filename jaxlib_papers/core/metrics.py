@@ -66,13 +66,27 @@ def sinkhorn_divergence(
     x: ArrayLike, y: ArrayLike, a: ArrayLike | None = None, b: ArrayLike | None = None,
     *, epsilon: float = 0.05,
 ) -> jax.Array:
-  """Debiased Sinkhorn divergence S_eps(x, y) >= 0 with cost ``||x - y||^2``."""
-  from ott.geometry import pointcloud  # pylint: disable=g-import-not-at-top
-  from ott.tools import sinkhorn_divergence as sd  # pylint: disable=g-import-not-at-top
+  """Debiased Sinkhorn divergence S_eps(x, y) >= 0 with cost ``||x - y||^2``.
+
+  Args:
+    x: [n, d].  y: [m, d].  a: [n] weights, b: [m] weights (default uniform).
+    epsilon: entropic regularisation, > 0.
+  """
   x, y = jnp.asarray(x), jnp.asarray(y)
   if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[1]:
     raise ValueError(f"x, y must be [n, d] and [m, d]; got {x.shape} and {y.shape}")
   ot_lib._check_epsilon(epsilon)  # pylint: disable=protected-access
+  a = jnp.full(x.shape[0], 1.0 / x.shape[0], x.dtype) if a is None else jnp.asarray(a)
+  b = jnp.full(y.shape[0], 1.0 / y.shape[0], y.dtype) if b is None else jnp.asarray(b)
+  # One compiled program for the three Sinkhorn solves: eager dispatch of ott's loops is
+  # several times slower than compiling them once.
+  return _sinkhorn_divergence(x, y, a, b, epsilon)
+
+
+@jax.jit
+def _sinkhorn_divergence(x, y, a, b, epsilon):
+  from ott.geometry import pointcloud  # pylint: disable=g-import-not-at-top
+  from ott.tools import sinkhorn_divergence as sd  # pylint: disable=g-import-not-at-top
   div, _ = sd.sinkhorn_divergence(pointcloud.PointCloud, x, y, a=a, b=b, epsilon=epsilon)
   return div
 
