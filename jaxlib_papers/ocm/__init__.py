@@ -1,0 +1,17 @@
+"""OCM: optimal diagonal covariance matching for diffusion models (Ou et al., ICLR 2025).
+
+Public API:
+
+* :mod:`diffusion`: schedules, skip-step DDPM/DDIM reverse steps, ``sample``, K-step ``nelbo``.
+* :mod:`covariance`: the OCM probe target (one jvp), head losses, every method's x0-covariance.
+* :mod:`kernel`: ``make_dsm_kernel``, ``make_head_kernel`` (for ``core.train_loop``), and
+  ``make_predictor`` for beta~, beta, Analytic-DPM, SN-DPM, NPR-DPM, OCM and the exact row.
+* :mod:`gmm`: Gaussian mixtures with closed-form diffused score and Hessian diagonal.
+* :mod:`models`: MLP and UNet eps backbones returning their last features; the heads.
+* :mod:`train`: ``run(config, workdir)``; configs in ``configs/default.py``.
+"""
+
+from jaxlib_papers.ocm import covariance, diffusion, gmm, kernel, models  # noqa: F401
+from jaxlib_papers.ocm.covariance import METHODS, ocm_target  # noqa: F401
+from jaxlib_papers.ocm.diffusion import make_schedule, nelbo, sample, skip_timesteps  # noqa: F401
+from jaxlib_papers.ocm.kernel import make_dsm_kernel, make_head_kernel, make_predictor  # noqa: F401

@@ -208,8 +208,8 @@ def nelbo(predict: Predictor, schedule: Schedule, timesteps: np.ndarray, x0: Arr
   """The K-step negative ELBO of the skip-step model, per data point, in nats.
 
   -log p(x0) <= KL(q(x_N | x0) || N(0, I))
-              + sum_{i >= 1} E_q KL(q(x_{tau_{i-1}} | x_{tau_i}, x0) || p(x_{tau_{i-1}} | x_{tau_i}))
-              - E_q log p(x0 | x_{tau_0}),
+    + sum_{i >= 1} E_q KL(q(x_{tau_{i-1}} | x_{tau_i}, x0) || p(x_{tau_{i-1}} | x_{tau_i}))
+    - E_q log p(x0 | x_{tau_0}),
   with each x_t drawn from q(x_t | x0) (one draw per term, so the estimate is unbiased).
 
   Args:
@@ -263,7 +263,9 @@ def nelbo(predict: Predictor, schedule: Schedule, timesteps: np.ndarray, x0: Arr
   else:  # NaN means "no override", so one compiled program serves every method.
     decoder_var = jnp.asarray(decoder_var, x0.dtype)
     var = jnp.where(jnp.isnan(decoder_var), x0_cov, decoder_var)
-  var = jnp.broadcast_to(var, x0.shape)
+  # A method whose x0-covariance hits its clip at 0 would give log(0); the floor keeps the
+  # bound finite (and huge), so such a failure shows as a number rather than a NaN.
+  var = jnp.maximum(jnp.broadcast_to(var, x0.shape), 1e-12)
   decoder = jnp.sum(0.5 * (jnp.log(2 * jnp.pi * var) + jnp.square(x0 - x0_hat) / var), axis=axes)
   terms = jnp.concatenate([prior[None], trans, decoder[None]], axis=0)
   return jnp.sum(terms, axis=0), terms

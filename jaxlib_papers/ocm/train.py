@@ -98,7 +98,7 @@ def build(config: ml_collections.ConfigDict):
 
 def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = None, *,
         fid_fn: Callable[[np.ndarray], float] | None = None, evaluate_methods: bool = True,
-        verbose: bool | None = None) -> dict[str, Any]:
+        verbose: bool | None = None, mesh: jax.sharding.Mesh | None = None) -> dict[str, Any]:
   """Trains the backbone and the heads, then evaluates every covariance method.
 
   Args:
@@ -106,9 +106,11 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
     workdir: folder for checkpoints / metrics / ``results.json``; None runs in memory.
     fid_fn: optional ``images [n, H, W, C] in [-1, 1] -> FID`` (image data only).
     evaluate_methods: False stops after training (benchmarks, tests of the training path).
+    mesh: the training mesh (default: every device).
 
   Returns:
-    dict with "dsm_history", "head_history", "backbone", "head_params", "gamma" and the
+    dict with "dsm_history", "head_history", "backbone", "head_params", "gamma", "trained"
+    (the :class:`kernel.Methods` of the run) and the
     :func:`evaluate.evaluate` results.
   """
   parts = build(config)
@@ -126,22 +128,24 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
                     d.batch_size)
   dsm_config = _stage_config(config, "loop", ("data", "schedule", "model", "dsm"))
   dsm = train_loop.run(dsm_kernel, dsm_data, dsm_config,
-                       None if workdir is None else workdir / "dsm", name="ocm/dsm")
+                       None if workdir is None else workdir / "dsm", mesh=mesh, name="ocm/dsm")
   backbone = jax.device_get(dsm.state.ema_params)
 
   h = config.heads
   head_total = config.head_loop.num_steps * h.steps_per_call
   head_kernel = kernel.make_head_kernel(
       model, head_model, schedule, _optimizer(h.lr, h.warmup_steps, head_total, 1.0),
-      example_x, backbone, heads=tuple(h.names), num_probes=h.num_probes)
+      example_x, backbone, heads=tuple(h.names), num_probes=h.num_probes,
+      ema_decay=h.ema_decay)
   head_data = _chunk(parts["make_source"](h.batch_size, config.seed + 1), h.steps_per_call,
                      h.batch_size)
   head_config = _stage_config(config, "head_loop",
                               ("data", "schedule", "model", "dsm", "heads"),
                               {"dsm_calls": config.loop.num_steps})
   heads = train_loop.run(head_kernel, head_data, head_config,
-                         None if workdir is None else workdir / "heads", name="ocm/heads")
-  head_params = jax.device_get(heads.state.params)
+                         None if workdir is None else workdir / "heads", mesh=mesh,
+                         name="ocm/heads")
+  head_params = jax.device_get(heads.state.ema_params)
 
   result: dict[str, Any] = {
       "dsm_history": dsm.history, "head_history": heads.history,
@@ -153,15 +157,17 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
 
   key = jax.random.key(config.eval.seed)
   k_gamma, k_eval = jax.random.split(key)
-  gamma_ts = evaluate.gamma_timesteps(config, schedule.num_steps)
-  gamma_data = jnp.asarray(parts["eval_data"][:config.eval.analytic_samples])
-  gamma = jax.jit(lambda x, k: kernel.analytic_gamma(model, backbone, schedule, x, k,
-                                                     gamma_ts))(gamma_data, k_gamma)
+  gamma = None
+  if "analytic" in config.eval.methods:
+    gamma_ts = evaluate.gamma_timesteps(config, schedule.num_steps)
+    gamma_data = jnp.asarray(parts["eval_data"][:config.eval.analytic_samples])
+    gamma = jax.jit(lambda x, k: kernel.analytic_gamma(model, backbone, schedule, x, k,
+                                                       gamma_ts))(gamma_data, k_gamma)
   methods = kernel.Methods(model=model, backbone=backbone, head_model=head_model,
                            head_params=head_params, gamma=gamma, oracle=parts["oracle"],
                            max_var=config.eval.max_var)
-  result["gamma"] = np.asarray(gamma)
-  result["methods"] = methods
+  result["gamma"] = None if gamma is None else np.asarray(gamma)
+  result["trained"] = methods
   result.update(evaluate.evaluate(methods, schedule, config, eval_data=parts["eval_data"],
                                   reference=parts["reference"], key=k_eval, fid_fn=fid_fn,
                                   verbose=verbose))

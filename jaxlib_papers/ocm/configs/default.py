@@ -29,21 +29,21 @@ _BASE = dict(
     schedule=dict(kind="linear", num_steps=1000),
     model=dict(
         kind="mlp",               # "mlp" (vectors) | "unet" (images)
-        width=256, depth=3, time_embed_dim=64,                        # mlp
+        width=128, depth=3, time_embed_dim=64,                        # mlp
         base_channels=64, channel_mults=(1, 2, 2), blocks_per_level=2,  # unet
         head_hidden=128, head_depth=2,
     ),
-    dsm=dict(batch_size=512, lr=1e-3, warmup_steps=200, grad_clip=1.0, ema_decay=0.999,
+    dsm=dict(batch_size=256, lr=1e-3, warmup_steps=200, grad_clip=1.0, ema_decay=0.998,
              steps_per_call=10),
-    heads=dict(names=("ocm", "sn", "npr"), num_probes=1, batch_size=512, lr=1e-3,
-               warmup_steps=100, steps_per_call=10),
+    heads=dict(names=("ocm", "sn", "npr"), num_probes=1, batch_size=256, lr=1e-3,
+               warmup_steps=100, ema_decay=0.995, steps_per_call=10),
     eval=dict(
         sample_steps=(10, 20, 50),
         eta=1.0,                  # 1 = DDPM sampler (the NELBO needs eta > 0)
         ddim_eta=0.0,             # an extra DDIM sample-quality row at this eta
         methods=("beta_tilde", "beta", "analytic", "sn", "npr", "ocm", "exact"),
         num_nelbo=4000,
-        num_samples=4000,
+        num_samples=2000,
         analytic_samples=2000,
         error_timesteps=(50, 100),
         error_samples=4000,
@@ -58,9 +58,9 @@ _BASE = dict(
 _OVERRIDES = {
     "smoke": {
         "model.width": 64, "model.depth": 2, "model.head_hidden": 64,
-        "dsm.batch_size": 256, "dsm.lr": 2e-3, "dsm.warmup_steps": 50,
+        "dsm.lr": 2e-3, "dsm.warmup_steps": 50,
         "dsm.ema_decay": 0.99,
-        "heads.batch_size": 256, "heads.lr": 2e-3, "heads.warmup_steps": 20,
+        "heads.lr": 2e-3, "heads.warmup_steps": 20, "heads.ema_decay": 0.95,
         "eval.sample_steps": (10,),
         "eval.num_nelbo": 1024, "eval.num_samples": 1024, "eval.analytic_samples": 512,
         "eval.error_samples": 1024,
@@ -78,6 +78,7 @@ _OVERRIDES = {
         "dsm.batch_size": 128, "dsm.lr": 2e-4, "dsm.warmup_steps": 5000, "dsm.ema_decay": 0.9999,
         "dsm.steps_per_call": 100,
         "heads.batch_size": 128, "heads.lr": 1e-4, "heads.warmup_steps": 1000,
+        "heads.ema_decay": 0.9999,
         "heads.steps_per_call": 100,
         "eval.sample_steps": (10, 25, 50),
         "eval.methods": ("beta_tilde", "beta", "analytic", "sn", "npr", "ocm"),
