@@ -51,3 +51,23 @@ def test_colab_demo_runs_at_smoke_size_and_notebook_is_paired(demo, tmp_path):
   out = subprocess.run([sys.executable, str(demo)], cwd=tmp_path, env=_env(),
                        capture_output=True, text=True, timeout=600)
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+
+
+def test_method_launcher_with_config_override(tmp_path):
+  out = subprocess.run(
+      [sys.executable, "-m", "launch.minimax",
+       "--config=jaxlib_papers/minimax/configs/default.py:smoke",
+       "--config.problem.kind=fairness", f"--workdir={tmp_path}"],
+      cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  results = json.loads((tmp_path / "results.json").read_text())
+  assert "fairness" in json.dumps(results)
+
+
+def test_launcher_rejects_unknown_preset(tmp_path):
+  out = subprocess.run(
+      [sys.executable, "-m", "launch.minimax",
+       "--config=jaxlib_papers/minimax/configs/default.py:huge", f"--workdir={tmp_path}"],
+      cwd=REPO, env=_env(), capture_output=True, text=True, timeout=120)
+  assert out.returncode != 0
+  assert "unknown preset 'huge'" in out.stderr
