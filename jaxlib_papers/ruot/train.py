@@ -100,6 +100,31 @@ def make_sde_sampler(nets: Networks, times, dt: float, sigma: float):
   return jax.jit(jax.vmap(one_seed, in_axes=(0, None, 0)))
 
 
+def calibrate_potential_level(nets: Networks, params, t0: float, x0, target, sigma: float):
+  """Adds to ``s`` the constant that best matches ``exp(2 s(t0, x) / sigma^2)`` to ``target``.
+
+  Score matching fixes only ``grad s``; the level of ``s`` is arbitrary, yet the stage-4
+  PINN and initial-density terms use ``rho = exp(2 s / sigma^2)`` (32 s at sigma 0.25), so
+  an arbitrary level makes them overflow (measured: stage 4 reached NaN on the gene data
+  without this). We set the free constant so that ``log rho`` matches ``log target`` on
+  average at the first snapshot (least squares in log space); the score is unchanged.
+
+  Args:
+    params: [S]-stacked params; x0: [n, d] first snapshot; target: [n] density there.
+
+  Returns:
+    params with the last bias of the ``s`` net shifted per seed.
+  """
+  s0 = jax.vmap(lambda p: nets.potential(p, t0, x0))(params)                 # [S, n]
+  shift = jnp.mean(0.5 * sigma**2 * jnp.log(target)[None] - s0, axis=1)      # [S]
+  layers = params["s"]["params"]
+  last = max(layers, key=lambda name: int(name.split("_")[-1]))
+  new_layers = dict(layers)
+  new_layers[last] = dict(layers[last])
+  new_layers[last]["bias"] = layers[last]["bias"] + shift[:, None]
+  return {**params, "s": {**params["s"], "params": new_layers}}
+
+
 def exact_pairs(xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """Exact-OT pairing of consecutive particle clouds.
 
@@ -233,7 +258,8 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
         nets, times, xs, params, trainable=trainable, weights=weights, optimizer=optimizer,
         lr=float(stage_cfg.lr), total_passes=passes, passes_per_step=per, dt=stage_dt,
         sigma=sigma, alpha=alpha, ot_kwargs=_ot_kwargs(config),
-        sequential_updates=bool(config.sequential_updates), method=method, **extra)
+        sequential_updates=bool(config.sequential_updates), method=method,
+        equal_steps=bool(config.ode.equal_steps), **extra)
     start = time.perf_counter()
     result = train_loop.run(kern, None, _stage_config(config, name, math.ceil(passes / per)),
                             stage_dir(name), name=f"ruot/{name}")
@@ -248,6 +274,14 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
              "adam", dt)
   flow_stage("stage2", config.stage2, ("v",),
              K.FlowLossWeights(ot=config.stage2.lambda_ot, mass=0.0), "adam", dt)
+
+  # The ODE fit after stages 1-2 (v, g only), before the score and the joint fine-tune.
+  all_times = [float(t) for t in snapshots.times]
+  x0 = jnp.asarray(snapshots.xs[0])
+  push_all = make_pushforward(nets, all_times, dt, method)
+  rows_stage2 = None
+  if bool(config.eval.after_stage2):
+    rows_stage2 = evaluate(snapshots, *jax.device_get(push_all(params, x0)))
 
   # Stage 3: score matching of s on OT-paired bridges between ODE particles.
   if int(config.stage3.steps) > 0:
@@ -269,17 +303,29 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
   # Stage 4: everything jointly with energy, PINN and initial-density terms (SGD).
   s4 = config.stage4
   initial_target = K.kde_density(xs[0], xs[0], float(s4.kde_variance), float(s4.kde_scale))
-  flow_stage("stage4", s4, ("v", "g", "s"),
-             K.FlowLossWeights(ot=s4.lambda_ot, mass=s4.lambda_mass, energy=s4.lambda_energy,
-                               pinn=s4.lambda_pinn, initial=s4.lambda_initial),
-             "sgd", float(s4.dt), initial_target=initial_target,
-             pinn_relative=bool(s4.pinn_relative), track_best=False)
+  if int(s4.passes) > 0 and bool(s4.calibrate_s_level):
+    params = calibrate_potential_level(nets, params, times[0], xs[0], initial_target, sigma)
+  params_before_stage4 = params
+  stage4_error = None
+  try:
+    flow_stage("stage4", s4, ("v", "g", "s"),
+               K.FlowLossWeights(ot=s4.lambda_ot, mass=s4.lambda_mass,
+                                 energy=s4.lambda_energy, pinn=s4.lambda_pinn,
+                                 initial=s4.lambda_initial),
+               "sgd", float(s4.dt), initial_target=initial_target,
+               pinn_relative=bool(s4.pinn_relative), track_best=False)
+  except FloatingPointError as error:
+    if not bool(s4.keep_previous_on_nan):
+      raise
+    # Reported, not hidden: results["stage4_error"] says what happened and the evaluation
+    # below uses the stage-3 model (the ODE of stages 1-2 plus the score of stage 3).
+    stage4_error = str(error)
+    print(f"[ruot] stage 4 diverged ({error}); evaluating the stage-3 model", flush=True)
+    params = params_before_stage4
 
   # Evaluation at every observed time (the held-out one included), ODE and SDE.
   start = time.perf_counter()
-  all_times = [float(t) for t in snapshots.times]
-  x0 = jnp.asarray(snapshots.xs[0])
-  ode_xs, ode_log_ws = jax.device_get(make_pushforward(nets, all_times, dt, method)(params, x0))
+  ode_xs, ode_log_ws = jax.device_get(push_all(params, x0))
   rows = evaluate(snapshots, ode_xs, ode_log_ws)
   out_sde = None
   rows_sde = None
@@ -289,12 +335,15 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
         make_sde_sampler(nets, all_times, dt, sigma)(params, x0, keys))
     rows_sde = evaluate(snapshots, sde_xs, sde_log_ws)
     out_sde = (sde_xs, sde_log_ws)
-  action = path_action(nets, params, x0, all_times, dt, sigma, alpha)
+  action = (path_action(nets, params, x0, all_times, dt, sigma, alpha)
+            if bool(config.eval.action) else np.full((num_seeds,), np.nan))
   timings["eval"] = time.perf_counter() - start
 
   results = {
       "params": params, "rows": rows, "summary": summarize(rows),
       "rows_sde": rows_sde, "summary_sde": summarize(rows_sde) if rows_sde else None,
+      "rows_stage2": rows_stage2, "stage4_error": stage4_error,
+      "summary_stage2": summarize(rows_stage2) if rows_stage2 else None,
       "action": action.tolist(), "ode": (ode_xs, ode_log_ws), "sde": out_sde,
       "timings": timings, "histories": histories, "data": snapshots,
       "train_times": times, "held_out_time": held_out_time, "source": source,
@@ -302,7 +351,8 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
   }
   if workdir is not None:
     workdir.mkdir(parents=True, exist_ok=True)
-    keep = ("rows", "summary", "rows_sde", "summary_sde", "action", "timings",
+    keep = ("rows", "summary", "rows_sde", "summary_sde", "summary_stage2", "stage4_error",
+            "action", "timings",
             "train_times", "held_out_time", "source")
     (workdir / "results.json").write_text(json.dumps({k: results[k] for k in keep}, indent=1))
   return results

@@ -27,16 +27,25 @@ _BASE = dict(
     model=dict(width=128, depth=3),
     sigma=0.25,                   # diffusion of the SDE / bridges
     alpha=1.0,                    # growth penalty alpha * g^2 in the action
-    ode=dict(dt=0.01, method="euler"),
-    ot=dict(method="sinkhorn", epsilon=0.01, threshold=1e-3, max_iterations=2000),
+    # equal_steps: every training interval gets the step count of the shortest one (a
+    # held-out time doubles an interval; padding it would waste a third of the compute).
+    ode=dict(dt=0.01, method="euler", equal_steps=True),
+    # "exact" (POT network simplex on the host, as the official code) is faster on CPU
+    # than a tight Sinkhorn at these sizes; "sinkhorn" runs ott-jax inside the program.
+    ot=dict(method="exact", epsilon=0.01, threshold=1e-3, max_iterations=2000),
     sequential_updates=True,      # one optimizer step per interval, as the paper
     stage1=dict(passes=50, passes_per_step=10, lr=1e-3, lambda_ot=0.1, lambda_mass=1.0),
     stage2=dict(passes=30, passes_per_step=10, lr=1e-3, lambda_ot=0.1),
     stage3=dict(steps=3001, steps_per_call=250, lr=1e-4),
     stage4=dict(passes=10, passes_per_step=10, lr=1e-5, dt=0.1, lambda_ot=1.0,
                 lambda_mass=1000.0, lambda_energy=1.0, lambda_pinn=1.0, lambda_initial=0.1,
-                pinn_relative=False, kde_variance=0.4, kde_scale=2.0),
-    eval=dict(sde=True, sde_seed=0),
+                # pinn_relative: residual / rho (ours). The absolute residual multiplies by
+                # rho = exp(32 s) at sigma 0.25 and drove stage 4 to NaN on the gene data.
+                pinn_relative=True, kde_variance=0.4, kde_scale=2.0,
+                calibrate_s_level=True,   # ours: see train.calibrate_potential_level
+                keep_previous_on_nan=True),
+    eval=dict(sde=True, sde_seed=0, after_stage2=True, action=True),
+    emt=dict(stage1_passes=20, stage2_passes=10),  # the reproduction's EMT run (stages 1-2)
     loop=dict(num_steps=0, log_every=1, checkpoint_every=1000000, quiet=False),
 )
 
@@ -45,24 +54,27 @@ _OVERRIDES = {
         "data.sim_cells": 64,
         "model.width": 32,
         "ode.dt": 0.05,
-        "ot.epsilon": 0.02,
-        "ot.max_iterations": 500,
         "stage1.passes": 40, "stage1.passes_per_step": 20,
         "stage2.passes": 0,
         "stage3.steps": 100, "stage3.steps_per_call": 100,
-        "stage4.passes": 1, "stage4.passes_per_step": 1, "stage4.dt": 0.25,
+        "stage4.passes": 0,          # stage 4 (SGD 1e-5) is exercised by its own test
+        "eval.sde": False, "eval.after_stage2": False, "eval.action": False,
         "loop.quiet": True,
     },
     "cpu": {
-        "num_seeds": 3,
+        "num_seeds": 1,              # 2 shared cores: one seed keeps the check near 5 min
         "data.source": "csv",
         "data.hold_out": 2,
+        # The initial-density term (paper 0.1) drives stage 4 to NaN at its first pass on
+        # the gene data (measured; see seeds/ruot.md); without it stage 4 runs.
+        "stage4.lambda_initial": 0.0,
     },
     "full": {
         "num_seeds": 8,
         "data.source": "csv",
         "data.hold_out": 2,
-        "ot.method": "exact",
+        "ode.equal_steps": False,
+        "stage4.lambda_initial": 0.0,
     },
 }
 

@@ -1,0 +1,172 @@
+"""DeepRUOT kernels: closed forms, exact small problems, jit == eager."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import ot as pot
+import pytest
+import scipy.linalg
+
+from jaxlib_papers.core.precision import enable_x64
+from jaxlib_papers.ruot import kernel as K
+from jaxlib_papers.ruot.models import make_networks
+
+
+def test_weighted_flow_matches_linear_ode_with_growth():
+  """dx/dt = A x, d ln w/dt = c.x + b has a closed form; Euler is order 1, Heun order 2."""
+  with enable_x64():
+    a_mat = jnp.array([[-0.5, 1.0], [-1.0, -0.2]])
+    c_vec = jnp.array([0.3, -0.7])
+    b = 0.4
+    rng = np.random.default_rng(0)
+    x0 = jnp.asarray(rng.normal(size=(5, 2)))
+    log_w0 = jnp.full((5,), -np.log(5.0))
+    t_end = 1.5
+    velocity = lambda t, x: x @ a_mat.T
+    growth = lambda t, x: x @ c_vec + b
+    expm = scipy.linalg.expm(np.asarray(a_mat) * t_end)
+    x_true = np.asarray(x0) @ expm.T
+    integral = np.linalg.solve(np.asarray(a_mat), expm - np.eye(2))  # int_0^T e^{As} ds
+    log_w_true = np.asarray(log_w0) + b * t_end + np.asarray(x0) @ integral.T @ np.asarray(c_vec)
+
+    errors = {}
+    for method in ("euler", "heun"):
+      for steps in (200, 400):
+        ts = jnp.linspace(0.0, t_end, steps + 1)
+        x, log_w = K.weighted_flow(velocity, growth, x0, log_w0, ts, method=method)
+        assert x.dtype == jnp.float64
+        errors[method, steps] = max(np.abs(np.asarray(x) - x_true).max(),
+                                    np.abs(np.asarray(log_w) - log_w_true).max())
+    assert errors["heun", 400] < 1e-5
+    assert errors["euler", 400] < 1e-2
+    assert 1.8 < errors["euler", 200] / errors["euler", 400] < 2.2    # order 1
+    assert 3.6 < errors["heun", 200] / errors["heun", 400] < 4.4      # order 2
+
+
+def test_mass_loss_zero_when_weights_match_counts():
+  rng = np.random.default_rng(1)
+  x = jnp.asarray(rng.normal(size=(6, 2)), jnp.float32)
+  y = jnp.asarray(rng.normal(size=(9, 2)), jnp.float32)
+  counts = np.asarray(K.nearest_counts(x, y))
+  d2 = ((np.asarray(y)[:, None] - np.asarray(x)[None]) ** 2).sum(-1)
+  np.testing.assert_array_equal(counts, np.bincount(d2.argmin(1), minlength=6))
+  num_initial = 6
+  log_w = jnp.log(jnp.asarray(counts / num_initial, jnp.float32))  # log 0 = -inf -> w = 0
+  assert float(K.mass_loss(x, log_w, y, num_initial)) < 1e-12  # float32 exp(log(.)) rounding
+  assert float(K.mass_loss(x, log_w + 0.1, y, num_initial)) > 1e-3
+  # Padded targets do not count.
+  y_pad = jnp.concatenate([y, jnp.zeros((3, 2))])
+  mask = jnp.concatenate([jnp.ones(9), jnp.zeros(3)])
+  assert float(K.mass_loss(x, log_w, y_pad, num_initial, target_mask=mask)) < 1e-12
+
+
+def test_ot_loss_matches_exact_small_problem():
+  rng = np.random.default_rng(2)
+  x = rng.normal(size=(5, 2)).astype(np.float32)
+  y = (rng.normal(size=(4, 2)) + 0.5).astype(np.float32)
+  log_w = np.log(rng.uniform(0.5, 2.0, size=5)).astype(np.float32)
+  a = np.exp(log_w) / np.exp(log_w).sum()
+  cost = pot.dist(x.astype(np.float64), y.astype(np.float64))  # squared Euclidean
+  exact = pot.emd2(a.astype(np.float64), np.full(4, 0.25), cost)
+  ours_exact = K.ot_loss(jnp.asarray(x), jnp.asarray(log_w), jnp.asarray(y), method="exact")
+  np.testing.assert_allclose(float(ours_exact), exact, rtol=1e-5)
+  ours_sinkhorn = K.ot_loss(jnp.asarray(x), jnp.asarray(log_w), jnp.asarray(y),
+                            method="sinkhorn", epsilon=2e-3, threshold=1e-5,
+                            max_iterations=5000)
+  np.testing.assert_allclose(float(ours_sinkhorn), exact, rtol=2e-2)
+  # The plan is a constant: the gradient is 2 sum_j pi_ij (x_i - y_j), none for log_w.
+  plan = pot.emd(a.astype(np.float64), np.full(4, 0.25), cost)
+  gx, gw = jax.grad(lambda xx, ww: K.ot_loss(xx, ww, jnp.asarray(y), method="exact"),
+                    argnums=(0, 1))(jnp.asarray(x), jnp.asarray(log_w))
+  expected = 2 * (plan.sum(1)[:, None] * x - plan @ y)
+  np.testing.assert_allclose(np.asarray(gx), expected, atol=1e-5)
+  assert np.all(np.asarray(gw) == 0)
+  with pytest.raises(ValueError, match="ot method"):
+    K.ot_plan(jnp.asarray(x), jnp.asarray(a), jnp.asarray(y), method="emd")
+
+
+def test_pinn_residual_zero_for_gaussian_with_linear_drift_and_constant_growth():
+  """rho(t, x) = e^{c t} N(x; 0, s0^2 e^{2 a t} I) solves d_t rho + div(a x rho) = c rho."""
+  with enable_x64():
+    a, c, s0, sigma, dim = -0.3, 0.7, 0.8, 0.5, 2
+
+    def log_rho(t, x):
+      var = s0**2 * jnp.exp(2 * a * t)
+      return c * t - 0.5 * jnp.sum(x**2, -1) / var - 0.5 * dim * jnp.log(2 * jnp.pi * var)
+
+    potential = lambda t, x: 0.5 * sigma**2 * log_rho(t, x)
+    velocity = lambda t, x: a * x
+    growth = lambda t, x: jnp.full(x.shape[:1], c)
+    x = jnp.asarray(np.random.default_rng(3).normal(size=(7, dim)))
+    residual = K.pinn_residual(velocity, growth, potential, 0.6, x, sigma=sigma)
+    rho = jnp.exp(log_rho(0.6, x))
+    assert np.abs(np.asarray(residual)).max() < 1e-10 * max(1.0, float(rho.max()))
+    relative = K.pinn_residual(velocity, growth, potential, 0.6, x, sigma=sigma, relative=True)
+    assert np.abs(np.asarray(relative)).max() < 1e-10
+    wrong = K.pinn_residual(velocity, lambda t, z: jnp.full(z.shape[:1], c + 0.5), potential,
+                            0.6, x, sigma=sigma, relative=True)
+    np.testing.assert_allclose(np.asarray(wrong), -0.5, atol=1e-10)
+
+
+def test_score_matching_minimiser_is_bridge_score():
+  """For x0 = x1 = 0 the bridge is N(0, sigma_t^2 I); its potential s = -sigma^2 |x|^2 /
+  (4 sigma_t^2) zeroes the loss exactly for every draw."""
+  with enable_x64():
+    sigma, n = 0.5, 64
+    key_tau, key_eps = jax.random.split(jax.random.key(0))
+    tau = jax.random.uniform(key_tau, (n,), jnp.float64, 0.05, 0.95)
+    eps = jax.random.normal(key_eps, (n, 2), jnp.float64)
+    t0, t1 = 1.0, 3.0
+
+    def potential(t, x):
+      tau_of_t = (t - t0) / (t1 - t0)
+      var = sigma**2 * (t1 - t0) * tau_of_t * (1 - tau_of_t)
+      return -sigma**2 * jnp.sum(x**2, -1) / (4 * var)
+
+    zeros = jnp.zeros((n, 2))
+    loss = K.score_matching_loss(potential, zeros, zeros, t0, t1, tau, eps, sigma=sigma)
+    assert float(loss) < 1e-20
+    off = K.score_matching_loss(lambda t, x: 1.1 * potential(t, x), zeros, zeros, t0, t1, tau,
+                                eps, sigma=sigma)
+    assert float(off) > 1e-3
+
+
+@pytest.fixture(scope="module")
+def tiny_stage():
+  nets = make_networks(2, width=8, depth=2)
+  params = jax.vmap(nets.init)(jax.random.split(jax.random.key(0), 2))
+  rng = np.random.default_rng(4)
+  xs = [rng.normal(size=(12, 2)).astype(np.float32),
+        (rng.normal(size=(15, 2)) + 0.3).astype(np.float32),
+        (rng.normal(size=(11, 2)) + 0.6).astype(np.float32)]
+  kern = K.make_flow_stage(
+      nets, [0.0, 1.0, 3.0], xs, params, trainable=("v", "g"),
+      weights=K.FlowLossWeights(ot=0.1, mass=1.0), optimizer="adam", lr=1e-2,
+      total_passes=1, passes_per_step=2, dt=0.25,
+      ot_kwargs=dict(method="exact"))  # host plan: keeps this test's compile small
+  return kern
+
+
+def test_flow_stage_jit_equals_eager_and_stops_at_total_passes(tiny_stage):
+  state = tiny_stage.init(jax.random.key(1))
+  eager_state, eager_metrics = tiny_stage.train_step(state, None)
+  jit_step = jax.jit(tiny_stage.train_step)
+  jit_state, jit_metrics = jit_step(state, None)
+  for a, b in zip(jax.tree.leaves(eager_state.params), jax.tree.leaves(jit_state.params)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(float(eager_metrics["loss"]), float(jit_metrics["loss"]),
+                             rtol=1e-5)
+  # The two seeds are different networks, so they learn differently.
+  v_leaf = jax.tree.leaves(jit_state.params["v"])[0]
+  assert not np.allclose(v_leaf[0], v_leaf[1])
+  # total_passes = 1: the call's second pass and any later call leave the state alone.
+  np.testing.assert_array_equal(np.asarray(jit_state.step), [1, 1])
+  final, _ = jit_step(jit_state, None)
+  np.testing.assert_array_equal(np.asarray(final.step), [1, 1])
+  for a, b in zip(jax.tree.leaves(jit_state.params), jax.tree.leaves(final.params)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  # g is trained, s is frozen in stage 1.
+  for a, b in zip(jax.tree.leaves(state.params["s"]), jax.tree.leaves(final.params["s"])):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  assert not np.allclose(jax.tree.leaves(state.params["g"])[0],
+                         jax.tree.leaves(final.params["g"])[0])
