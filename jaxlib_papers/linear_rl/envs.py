@@ -66,6 +66,8 @@ class Env(NamedTuple):
     num_nonconcave: ``q_weights [H, d] -> int`` number of steps whose sampled
       Q is not strictly concave in the action (LQR; 0 elsewhere).
     null_action: a zero action of the right dtype (for scan carries).
+    max_distinct_per_step: bound on distinct ``(state, action)`` pairs at a
+      step (sizes the agents' deduplicated history), None if unbounded.
     info: static metadata (e.g. the LQR scales ``x_max, u_max, cost_scale``).
   """
 
@@ -87,6 +89,7 @@ class Env(NamedTuple):
   design_candidates: Callable[..., Array] | None
   num_nonconcave: Callable[..., Array]
   null_action: Any
+  max_distinct_per_step: int | None = None
   info: dict | None = None
 
 
@@ -211,7 +214,8 @@ def deep_sea(size: int, reward_noise: bool = False,
       feature=feature, step=step, greedy=greedy, max_value=max_value,
       random_action=random_action, all_features=all_features,
       optimal_value=optimal_value, design_candidates=None,
-      num_nonconcave=_no_nonconcave, null_action=np.zeros((), np.int32))
+      num_nonconcave=_no_nonconcave, null_action=np.zeros((), np.int32),
+      max_distinct_per_step=d)
 
 
 # ----------------------------------------------------------------------------

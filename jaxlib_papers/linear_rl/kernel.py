@@ -33,6 +33,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 
 from jaxlib_papers.core import precision
@@ -127,7 +128,7 @@ def projector(basis: Array) -> Array:
 
 
 def min_norm_lstsq(basis: Array, rank: Array, gram: Array, features: Array,
-                   targets: Array) -> Array:
+                   targets: Array, weights: Array | None = None) -> Array:
   """Minimum-norm least squares ``argmin ||X theta - y||`` with ``theta`` in span.
 
   Solves in the coordinates of the data's orthonormal span basis ``B``
@@ -143,21 +144,34 @@ def min_norm_lstsq(basis: Array, rank: Array, gram: Array, features: Array,
     gram: ``[d, d]`` ``X^T X``.
     features: ``[T, d]`` ``X`` (zero rows are padding).
     targets: ``[T]`` ``y``.
+    weights: ``[T]`` row multiplicities (``gram`` must be ``X^T W X``).
 
   Returns:
     ``theta [d]`` in the span of the data.
   """
+  if weights is None:
+    weights = jnp.ones_like(targets)
+  return lstsq_solve(basis, lstsq_factor(basis, rank, gram), features,
+                     targets, weights)
+
+
+def lstsq_factor(basis: Array, rank: Array, gram: Array) -> Array:
+  """Cholesky factor ``[d, d]`` of ``B^T X^T X B`` (identity on unused columns)."""
   d = basis.shape[0]
   unused = (jnp.arange(d) >= rank).astype(gram.dtype)
-  reduced = basis.T @ gram @ basis + jnp.diag(unused)
-  chol = jnp.linalg.cholesky(reduced)
+  return jnp.linalg.cholesky(basis.T @ gram @ basis + jnp.diag(unused))
+
+
+def lstsq_solve(basis: Array, chol: Array, features: Array, targets: Array,
+                weights: Array) -> Array:
+  """Min-norm least squares from :func:`lstsq_factor`, with one refinement."""
 
   def solve(rhs):
     return basis @ cho_solve((chol, True), basis.T @ rhs)
 
-  theta = solve(features.T @ targets)
+  theta = solve(features.T @ (weights * targets))
   residual = targets - features @ theta
-  return theta + solve(features.T @ residual)
+  return theta + solve(features.T @ (weights * residual))
 
 
 def null_space_noise(basis: Array, design_gram: Array, key: Array,
@@ -261,26 +275,57 @@ def design_gram(env: envs_lib.Env, params: Any, num_iters: int) -> Array:
 
 
 class Data(NamedTuple):
-  """Per-step history, zero-padded to ``T`` episodes (leading axis ``H``)."""
+  """Per-step history (leading axis ``H``), deduplicated by ``(state, action)``.
 
-  features: Array       # [H, T, d] phi(s_{i,h}, a_{i,h})
-  next_states: Array    # [H, T, S] s_{i,h+1}
-  rewards: Array        # [H, T] realised rewards
-  gram: Array           # [H, d, d] X_h^T X_h
-  reward_moment: Array  # [H, d] X_h^T r_h
+  Dynamics are deterministic, so every visit of the same ``(s_h, a_h)`` has the
+  same feature and next state: least squares over all visits equals least
+  squares over the distinct pairs weighted by their visit counts. Rewards are
+  random, but their regression only needs ``X^T X`` and ``X^T r``. So the
+  per-episode planning cost scales with the number of distinct pairs
+  (``capacity``) rather than with ``T``; ``capacity = T`` is always enough.
+  """
+
+  features: Array       # [H, C, d] phi of each distinct (s, a)
+  next_states: Array    # [H, C, S] its (deterministic) next state
+  states: Array         # [H, C, S] the state (dedup key)
+  actions: Array        # [H, C] the action as float64 (dedup key)
+  counts: Array         # [H, C] visits (0 marks an empty row)
+  num_rows: Array       # [H] int32 rows in use
+  overflow: Array       # [H] int32 visits that found no free row (must be 0)
+  gram: Array           # [H, d, d] X_h^T X_h over all visits
+  reward_moment: Array  # [H, d] X_h^T r_h over all visits
   basis: Array          # [H, d, d] orthonormal span basis of X_h
   rank: Array           # [H] int32 dimension of the span
   count: Array          # [] int32 episodes stored
 
 
-def init_data(env: envs_lib.Env, num_episodes: int) -> Data:
+def data_capacity(env: envs_lib.Env, num_episodes: int,
+                  capacity: int | None = None) -> int:
+  """Rows per step: ``min(T, env bound on distinct pairs, capacity)``."""
+  rows = num_episodes
+  if env.max_distinct_per_step is not None:
+    rows = min(rows, env.max_distinct_per_step)
+  if capacity is not None:
+    if capacity < 1:
+      raise ValueError(f"capacity must be >= 1, got {capacity!r}")
+    rows = min(rows, capacity)
+  return rows
+
+
+def init_data(env: envs_lib.Env, num_episodes: int,
+              capacity: int | None = None) -> Data:
   """Empty :class:`Data` for ``num_episodes`` episodes."""
   h, d, s = env.horizon, env.feature_dim, env.state_dim
+  c = data_capacity(env, num_episodes, capacity)
   f64 = jnp.float64
   return Data(
-      features=jnp.zeros((h, num_episodes, d), f64),
-      next_states=jnp.zeros((h, num_episodes, s), f64),
-      rewards=jnp.zeros((h, num_episodes), f64),
+      features=jnp.zeros((h, c, d), f64),
+      next_states=jnp.zeros((h, c, s), f64),
+      states=jnp.zeros((h, c, s), f64),
+      actions=jnp.zeros((h, c), f64),
+      counts=jnp.zeros((h, c), f64),
+      num_rows=jnp.zeros((h,), jnp.int32),
+      overflow=jnp.zeros((h,), jnp.int32),
       gram=jnp.zeros((h, d, d), f64),
       reward_moment=jnp.zeros((h, d), f64),
       basis=jnp.zeros((h, d, d), f64),
@@ -297,20 +342,42 @@ class Trajectory(NamedTuple):
   states: Array        # [H, S]
 
 
+def _insert_row(features, next_states, states, actions, counts, num_rows,
+                overflow, phi, next_state, state, action):
+  """Counts one visit of ``(state, action)`` in one step's table."""
+  capacity = counts.shape[0]
+  match = ((counts > 0) & jnp.all(states == state, axis=-1) &
+           (actions == action))
+  found = jnp.any(match)
+  free = num_rows < capacity
+  row = jnp.where(found, jnp.argmax(match), jnp.minimum(num_rows, capacity - 1))
+  write = found | free
+  new_row = ~found & free
+  return (
+      jnp.where(new_row, features.at[row].set(phi), features),
+      jnp.where(new_row, next_states.at[row].set(next_state), next_states),
+      jnp.where(new_row, states.at[row].set(state), states),
+      jnp.where(new_row, actions.at[row].set(action), actions),
+      jnp.where(write, counts.at[row].add(1.0), counts),
+      num_rows + new_row.astype(num_rows.dtype),
+      overflow + (~write).astype(overflow.dtype))
+
+
 def add_episode(data: Data, traj: Trajectory, span_tol: float
                 ) -> tuple[Data, Array]:
   """Appends one episode; returns the new data and ``added [H]`` (new span dims)."""
-  t = data.count
   basis, rank, added = jax.vmap(
       lambda b, r, p: span_update(b, r, p, span_tol))(
           data.basis, data.rank, traj.features)
+  rows = jax.vmap(_insert_row)(
+      data.features, data.next_states, data.states, data.actions, data.counts,
+      data.num_rows, data.overflow, traj.features, traj.next_states,
+      traj.states, traj.actions.astype(jnp.float64))
   data = Data(
-      features=data.features.at[:, t].set(traj.features),
-      next_states=data.next_states.at[:, t].set(traj.next_states),
-      rewards=data.rewards.at[:, t].set(traj.rewards),
+      *rows,
       gram=data.gram + jnp.einsum("hi,hj->hij", traj.features, traj.features),
       reward_moment=data.reward_moment + traj.features * traj.rewards[:, None],
-      basis=basis, rank=rank, count=t + 1)
+      basis=basis, rank=rank, count=data.count + 1)
   return data, added
 
 
@@ -352,6 +419,7 @@ def make_agent(env: envs_lib.Env, cfg: AgentConfig) -> Agent:
   validate_agent_config(cfg)
   horizon, d = env.horizon, env.feature_dim
   generic_ucb = cfg.name == "lsvi_ucb" and not env.one_hot
+  isotropic_design = env.one_hot or env.design_candidates is None
   if generic_ucb and env.all_features is None:
     raise ValueError(
         f"lsvi_ucb needs a finite action set; env {env.name!r} has none")
@@ -368,40 +436,59 @@ def make_agent(env: envs_lib.Env, cfg: AgentConfig) -> Agent:
       values = env.max_value(params, h_next, next_states, q_next)
     return jnp.where(h == horizon - 1, 0.0, values)
 
+  def factorise(gram, moment, basis, rank, k, design):
+    """Per-step work that does not depend on ``V_{h+1}`` (batched over h)."""
+    k_theta, k_reward = jax.random.split(k)
+    if cfg.name == "nullspace":
+      chol = lstsq_factor(basis, rank, gram)
+      if isotropic_design:
+        # Lambda_0 = I / d: Q Lambda^{-1} Q = d Q, so xi = sigma sqrt(d) Q z
+        # exactly (same law as the Cholesky route, without a factorisation).
+        z = jax.random.normal(k_theta, (d,), jnp.float64)
+        xi = cfg.sigma_theta * jnp.sqrt(float(d)) * (z - basis @ (basis.T @ z))
+      else:
+        xi = null_space_noise(basis, design, k_theta, cfg.sigma_theta)
+      _, omega_bar = gaussian_from_precision(
+          cfg.ridge * eye + gram, moment, k_reward, cfg.sigma_reward)
+      return chol, omega_bar + xi, omega_bar
+    if cfg.name == "rlsvi":
+      precision = gram / cfg.rlsvi_noise**2 + cfg.rlsvi_prior * eye
+      chol = jnp.linalg.cholesky(precision)
+      z = jax.random.normal(k_theta, (d,), jnp.float64)
+      return chol, solve_triangular(chol.T, z, lower=False), jnp.zeros((d,))
+    precision = cfg.ridge * eye + gram
+    chol = jnp.linalg.cholesky(precision)
+    return chol, jnp.zeros((d,)), jnp.zeros((d,))
+
   def plan(data: Data, params, design: Array, key: Array) -> Policy:
-    valid = (jnp.arange(data.features.shape[1]) < data.count).astype(
-        jnp.float64)
     keys = jax.random.split(key, horizon)
     steps = jnp.arange(horizon)
+    chols, offsets, reward_parts = jax.vmap(
+        factorise, in_axes=(0, 0, 0, 0, 0, None))(
+            data.gram, data.reward_moment, data.basis, data.rank, keys, design)
 
     def backward(carry, xs):
       q_next, prec_inv_next = carry
-      h, feats, nxt, rewards, gram, moment, basis, rank, k = xs
-      targets = next_values(params, h, nxt, q_next, prec_inv_next) * valid
-      k_theta, k_reward = jax.random.split(k)
+      h, feats, nxt, counts, moment, basis, chol, offset, reward_part = xs
+      # Empty rows have zero features and zero counts: they contribute nothing.
+      targets = next_values(params, h, nxt, q_next, prec_inv_next)
       prec_inv = prec_inv_next
       if cfg.name == "nullspace":
-        theta_hat = min_norm_lstsq(basis, rank, gram, feats, targets)
-        xi = null_space_noise(basis, design, k_theta, cfg.sigma_theta)
-        _, omega_bar = gaussian_from_precision(
-            cfg.ridge * eye + gram, moment, k_reward, cfg.sigma_reward)
-        q = omega_bar + theta_hat + xi
-        reward_part = omega_bar
+        # Q_bar = omega_bar + theta_hat + xi; offset = omega_bar + xi.
+        q = offset + lstsq_solve(basis, chol, feats, targets, counts)
       elif cfg.name == "rlsvi":
         var = cfg.rlsvi_noise**2
-        precision = gram / var + cfg.rlsvi_prior * eye
-        _, q = gaussian_from_precision(
-            precision, (moment + feats.T @ targets) / var, k_theta, 1.0)
+        rhs = (moment + feats.T @ (counts * targets)) / var
+        q = cho_solve((chol, True), rhs) + offset
         reward_part = q
       else:
-        precision = cfg.ridge * eye + gram
-        chol = jnp.linalg.cholesky(precision)
-        q = cho_solve((chol, True), moment + feats.T @ targets)
+        q = cho_solve((chol, True), moment + feats.T @ (counts * targets))
         if cfg.name == "lsvi_ucb":
           if env.one_hot:
             # One-hot: Lambda is diagonal and the capped bonus is per feature,
             # so UCB's Q is again linear with these weights.
-            q = jnp.minimum(q + cfg.beta / jnp.sqrt(jnp.diag(precision)),
+            diag = jnp.sum(chol**2, axis=1)  # diag(L L^T)
+            q = jnp.minimum(q + cfg.beta / jnp.sqrt(diag),
                             (horizon - h).astype(jnp.float64))
           else:
             prec_inv = cho_solve((chol, True), eye)
@@ -409,8 +496,8 @@ def make_agent(env: envs_lib.Env, cfg: AgentConfig) -> Agent:
       return (q, prec_inv), (q, reward_part, prec_inv)
 
     init = (jnp.zeros((d,), jnp.float64), jnp.zeros((d, d), jnp.float64))
-    xs = (steps, data.features, data.next_states, data.rewards, data.gram,
-          data.reward_moment, data.basis, data.rank, keys)
+    xs = (steps, data.features, data.next_states, data.counts,
+          data.reward_moment, data.basis, chols, offsets, reward_parts)
     _, (q_weights, reward_weights, prec_invs) = jax.lax.scan(
         backward, init, xs, reverse=True)
     return Policy(q_weights, reward_weights,
@@ -453,9 +540,10 @@ class EpisodeMetrics(NamedTuple):
 
 class RunOutput(NamedTuple):
   metrics: EpisodeMetrics  # fields [T] (or [seeds, T] after vmap)
-  final_q_weights: Array   # [H, d] a fresh plan after the last episode
+  final_q_weights: Array   # [H, d] the plan of the last episode
   final_rank: Array        # [H]
   final_gram: Array        # [H, d, d]
+  overflow: Array          # [] visits lost to a full history table (0)
 
 
 def rollout(env: envs_lib.Env, agent: Agent, policy: Policy, params,
@@ -477,7 +565,7 @@ def rollout(env: envs_lib.Env, agent: Agent, policy: Policy, params,
 
 
 def run(env: envs_lib.Env, cfg: AgentConfig, num_episodes: int,
-        key: Array) -> RunOutput:
+        key: Array, capacity: int | None = None) -> RunOutput:
   """One seed: ``num_episodes`` episodes as one ``lax.scan`` (pure; trace in x64).
 
   Args:
@@ -494,13 +582,13 @@ def run(env: envs_lib.Env, cfg: AgentConfig, num_episodes: int,
     raise ValueError("linear_rl needs float64: run inside "
                      "jaxlib_papers.core.precision.enable_x64()")
   agent = make_agent(env, cfg)
-  k_env, k_design, k_run, k_final = jax.random.split(key, 4)
-  del k_design
+  k_env, k_run = jax.random.split(key)
   params = env.sample_params(k_env)
   design = design_gram(env, params, cfg.design_iters)
-  data = init_data(env, num_episodes)
+  data = init_data(env, num_episodes, capacity)
 
-  def episode(data, k):
+  def episode(carry, k):
+    data, _ = carry
     k_plan, k_init, k_roll = jax.random.split(k, 3)
     policy = agent.plan(data, params, design, k_plan)
     s1 = env.initial_state(params, k_init)
@@ -517,12 +605,22 @@ def run(env: envs_lib.Env, cfg: AgentConfig, num_episodes: int,
         predicted_value=policy.q_weights[0] @ traj.features[0],
         predicted_reward=jnp.sum(policy.reward_weights * traj.features),
         nonconcave=env.num_nonconcave(policy.q_weights))
-    return data, metrics
+    return (data, policy.q_weights), metrics
 
-  data, metrics = jax.lax.scan(episode, data,
-                               jax.random.split(k_run, num_episodes))
-  final = agent.plan(data, params, design, k_final)
-  return RunOutput(metrics, final.q_weights, data.rank, data.gram)
+  init = (data, jnp.zeros((env.horizon, env.feature_dim), jnp.float64))
+  (data, last_q), metrics = jax.lax.scan(
+      episode, init, jax.random.split(k_run, num_episodes))
+  # The last episode's plan (from T - 1 episodes of data): a separate final
+  # plan would double the compiled program for one read-out.
+  return RunOutput(metrics, last_q, data.rank, data.gram,
+                   jnp.sum(data.overflow))
+
+
+def env_params_for_seed(env: envs_lib.Env, seed: int):
+  """The per-seed environment parameters :func:`simulate` draws for ``seed``."""
+  with precision.enable_x64():
+    k_env, _ = jax.random.split(jax.random.key(seed))
+    return jax.tree.map(np.asarray, env.sample_params(k_env))
 
 
 def simulate(env: envs_lib.Env, cfg: AgentConfig, num_episodes: int,
