@@ -22,15 +22,25 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", None, "Index of this process.")
 _CPU_COLLECTIVES = flags.DEFINE_string(
     "cpu_collectives", None, "CPU collectives across processes, e.g. 'gloo'.")
 _CACHE_DIR = flags.DEFINE_string(
-    "compilation_cache_dir", None, "Persistent XLA compilation cache. Default: "
-    "$JAXLIB_PAPERS_CACHE or ~/.cache/jaxlib_papers/xla; 'none' turns it off.")
+    "compilation_cache_dir", None, "Persistent XLA compilation cache folder, or 'none'. "
+    "Default: $JAXLIB_PAPERS_CACHE; without either it is on for GPU/TPU "
+    "(~/.cache/jaxlib_papers/xla) and off for CPU (see enable_compilation_cache).")
 
 
 def enable_compilation_cache(path: str | None = None) -> str | None:
-  """Turns on JAX's persistent compilation cache (small CPU runs are compile-bound)."""
+  """Turns on JAX's persistent compilation cache; returns its folder (None when off).
+
+  On GPU/TPU it is on by default. On CPU it is opt-in: with jax 0.10.2 we saw executables
+  loaded from the cache hang in ``block_until_ready`` (every XLA worker idle) when several
+  processes used the cache at once, 3 of 4 runs in a row; without the cache the same
+  programs never hung.
+  """
   import jax  # pylint: disable=g-import-not-at-top
-  path = path or os.environ.get("JAXLIB_PAPERS_CACHE") or str(
-      pathlib.Path.home() / ".cache" / "jaxlib_papers" / "xla")
+  path = path or os.environ.get("JAXLIB_PAPERS_CACHE")
+  if path is None:
+    if jax.default_backend() == "cpu":
+      return None
+    path = str(pathlib.Path.home() / ".cache" / "jaxlib_papers" / "xla")
   if path.lower() == "none":
     return None
   pathlib.Path(path).mkdir(parents=True, exist_ok=True)
