@@ -270,11 +270,34 @@ def kde_density(x: jax.Array, centers: jax.Array, variance: float, scale: float 
   return scale * jnp.mean(jnp.exp(log_k), axis=1)
 
 
+INITIAL_FORMS = ("log", "paper")
+
+
 def initial_density_loss(potential: PointField, t0: float, x: jax.Array, target: jax.Array,
-                         *, sigma: float) -> jax.Array:
-  """``mean_i (exp(2 s(t0, x_i) / sigma^2) - target_i)^2`` (anchors the level of s)."""
-  rho = jnp.exp(2.0 * potential(t0, x) / sigma**2)
-  return jnp.mean((rho - target) ** 2)
+                         *, sigma: float, form: str = "log") -> jax.Array:
+  """Initial-density term at the first snapshot ``x: [n, d]`` (anchors the level of s), [].
+
+  With ``u_i = 2 s(t0, x_i) / sigma^2 - log p_i`` (the log-ratio of ``rho = exp(2 s /
+  sigma^2)`` to the target ``p = target: [n]``):
+
+  - ``form="paper"``: ``mean_i (rho_i - p_i)^2 = mean_i p_i^2 (exp(u_i) - 1)^2``, the
+    paper's term. It grows like ``exp(2 u)``, i.e. ``exp(64 s)`` at sigma 0.25: a spread
+    of s by 0.2 around its optimum multiplies rho by ~600, the SGD step explodes and
+    float32 overflows (``exp(u) = inf`` from ``s ~ 2.8``), which is what drove stage 4 to
+    NaN on the gene data.
+  - ``form="log"`` (default): ``mean_i p_i^2 u_i^2``, evaluated in log space (``u`` never
+    exponentiated). Same minimiser (``rho = p``), same value, gradient and curvature at
+    it to second order (``exp(u) - 1 = u + O(u^2)``), but quadratic instead of
+    exponential away from it, so the term and its gradient stay finite and bounded by
+    the size of ``u``.
+  """
+  if form not in INITIAL_FORMS:
+    raise ValueError(f"form must be one of {INITIAL_FORMS}, got {form!r}")
+  log_p = jnp.log(target)
+  u = 2.0 * potential(t0, x) / sigma**2 - log_p
+  if form == "paper":
+    return jnp.mean(target**2 * jnp.expm1(u) ** 2)
+  return jnp.mean(target**2 * u**2)
 
 
 def bridge_sample(x0, x1, t0, t1, tau, eps, sigma):
@@ -421,6 +444,7 @@ def make_flow_stage(
     ot_kwargs: dict[str, Any] | None = None,
     initial_target: jax.Array | None = None,
     pinn_relative: bool = False,
+    initial_form: str = "log",
     sequential_updates: bool = True,
     track_best: bool = True,
     method: str = "euler",
@@ -448,7 +472,9 @@ def make_flow_stage(
     sigma, alpha: diffusion and growth penalty of the action.
     ot_kwargs: passed to :func:`ot_plan` (method, epsilon, ...).
     initial_target: [n_0] density target at the first snapshot for the initial term.
-    pinn_relative: use the residual divided by rho.
+    pinn_relative: use the residual divided by rho (finite whatever the level of s; the
+      absolute residual carries the factor ``rho = exp(2 s / sigma^2)``).
+    initial_form: "log" (stable, default) | "paper"; see :func:`initial_density_loss`.
     sequential_updates: one optimizer step per interval (paper) or per pass.
     track_best: keep the params with the lowest last-interval OT loss (paper's selection).
     method: ODE scheme.
@@ -464,6 +490,8 @@ def make_flow_stage(
     raise ValueError("passes_per_step must be >= 1 and total_passes >= 0")
   if weights.initial and initial_target is None:
     raise ValueError("weights.initial > 0 needs initial_target")
+  if initial_form not in INITIAL_FORMS:
+    raise ValueError(f"initial_form must be one of {INITIAL_FORMS}, got {initial_form!r}")
   ot_kwargs = dict(ot_kwargs or {})
   x_first = jnp.asarray(xs[0], jnp.float32)
   num_initial = int(x_first.shape[0])
@@ -520,7 +548,7 @@ def make_flow_stage(
           extra = extra + weights.pinn * terms["pinn"]
         if weights.initial:
           terms["initial"] = initial_density_loss(s(p), t_first, x_first, initial_target,
-                                                  sigma=sigma)
+                                                  sigma=sigma, form=initial_form)
           extra = extra + weights.initial * terms["initial"]
         return extra, terms
 

@@ -313,7 +313,8 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
                                  energy=s4.lambda_energy, pinn=s4.lambda_pinn,
                                  initial=s4.lambda_initial),
                "sgd", float(s4.dt), initial_target=initial_target,
-               pinn_relative=bool(s4.pinn_relative), track_best=False)
+               pinn_relative=bool(s4.pinn_relative), initial_form=str(s4.initial_form),
+               track_best=False)
   except FloatingPointError as error:
     if not bool(s4.keep_previous_on_nan):
       raise

@@ -108,6 +108,36 @@ def test_pinn_residual_zero_for_gaussian_with_linear_drift_and_constant_growth()
     np.testing.assert_allclose(np.asarray(wrong), -0.5, atol=1e-10)
 
 
+def test_initial_density_log_form_matches_paper_near_optimum_and_stays_finite_off_it():
+  """Log form p^2 u^2 vs the paper's p^2 (e^u - 1)^2, u = 2 s / sigma^2 - log p."""
+  sigma = 0.25
+  rng = np.random.default_rng(5)
+  x = jnp.asarray(rng.normal(size=(9, 2)), jnp.float32)
+  target = K.kde_density(x, x, 0.4, 2.0)
+  optimum = 0.5 * sigma**2 * jnp.log(target)          # s with exp(2 s / sigma^2) = p
+  # Near the optimum (|u| <~ 0.1) the two forms agree to O(u) relative.
+  near = lambda t, z: optimum + 1e-3 * jnp.sum(z, -1)
+  log = K.initial_density_loss(near, 0.0, x, target, sigma=sigma, form="log")
+  paper = K.initial_density_loss(near, 0.0, x, target, sigma=sigma, form="paper")
+  assert float(log) > 1e-6
+  np.testing.assert_allclose(float(log), float(paper), rtol=0.1)
+  at_opt = K.initial_density_loss(lambda t, z: optimum, 0.0, x, target, sigma=sigma)
+  assert float(at_opt) < 1e-10   # float32 rounding of log p only
+  # s three above the optimum: u ~ 96, exp(u) overflows float32. The paper's form (what
+  # stage 4 used before) is inf with a non-finite gradient; the log form stays finite.
+  shift = lambda c: (lambda t, z: optimum + c)
+  paper_value, paper_grad = jax.value_and_grad(lambda c: K.initial_density_loss(
+      shift(c), 0.0, x, target, sigma=sigma, form="paper"))(jnp.float32(3.0))
+  assert not (np.isfinite(float(paper_value)) and np.isfinite(float(paper_grad)))
+  log_value, log_grad = jax.value_and_grad(lambda c: K.initial_density_loss(
+      shift(c), 0.0, x, target, sigma=sigma))(jnp.float32(3.0))
+  expected = float(jnp.mean(target**2)) * (2 * 3.0 / sigma**2) ** 2
+  np.testing.assert_allclose(float(log_value), expected, rtol=1e-4)
+  np.testing.assert_allclose(float(log_grad), 2 * expected / 3.0, rtol=1e-4)
+  with pytest.raises(ValueError, match="form must be one of"):
+    K.initial_density_loss(shift(0.0), 0.0, x, target, sigma=sigma, form="exp")
+
+
 def test_score_matching_minimiser_is_bridge_score():
   """For x0 = x1 = 0 the bridge is N(0, sigma_t^2 I); its potential s = -sigma^2 |x|^2 /
   (4 sigma_t^2) zeroes the loss exactly for every draw."""

@@ -67,8 +67,17 @@ def test_inference_sde_moments():
 
 
 def test_stage4_pass_runs_and_is_finite():
+  """Stage 4 with the paper's weights (initial 0.1) and s far above its level.
+
+  The level of s is shifted by +3 (as an uncalibrated score net can be): the paper's
+  initial term exp(2 s / sigma^2) = exp(96) then overflows float32 and the old form made
+  this pass NaN; the log-space form (default) and the relative PINN residual stay finite.
+  """
   nets = make_networks(2, width=4, depth=1)   # small graph: this test is mostly compile
   params = jax.vmap(nets.init)(jax.random.split(jax.random.key(0), 1))
+  layers = params["s"]["params"]
+  last = max(layers, key=lambda name: int(name.split("_")[-1]))
+  layers[last]["bias"] = layers[last]["bias"] + 3.0
   rng = np.random.default_rng(0)
   xs = [rng.uniform(0, 1, size=(10, 2)).astype(np.float32),
         rng.uniform(0, 1, size=(12, 2)).astype(np.float32)]
@@ -77,11 +86,15 @@ def test_stage4_pass_runs_and_is_finite():
       nets, [0.0, 1.0], xs, params, trainable=("v", "g", "s"),
       weights=K.FlowLossWeights(ot=1.0, mass=1000.0, energy=1.0, pinn=1.0, initial=0.1),
       optimizer="sgd", lr=1e-5, total_passes=1, passes_per_step=1, dt=0.25, sigma=0.25,
-      ot_kwargs=dict(method="exact"), initial_target=target, track_best=False)
+      ot_kwargs=dict(method="exact"), initial_target=target, pinn_relative=True,
+      track_best=False)
   state, metrics = jax.jit(kern.train_step)(kern.init(jax.random.key(0)), None)
   for name in ("loss", "energy", "pinn", "initial"):
     assert np.isfinite(float(metrics[name])), name
   assert float(metrics["pinn"]) > 0
+  assert float(metrics["initial"]) > 1.0   # far from the optimum, yet finite
+  for leaf in jax.tree.leaves(state.params):
+    assert np.all(np.isfinite(np.asarray(leaf)))
   moved = [not np.allclose(a, b) for a, b in zip(jax.tree.leaves(params["s"]),
                                                  jax.tree.leaves(state.params["s"]))]
   assert any(moved)  # s is trained jointly in stage 4
