@@ -30,10 +30,10 @@ _CACHE_DIR = flags.DEFINE_string(
 def enable_compilation_cache(path: str | None = None) -> str | None:
   """Turns on JAX's persistent compilation cache; returns its folder (None when off).
 
-  On GPU/TPU it is on by default. On CPU it is opt-in: with jax 0.10.2 we saw executables
-  loaded from the cache hang in ``block_until_ready`` (every XLA worker idle) when several
-  processes used the cache at once, 3 of 4 runs in a row; without the cache the same
-  programs never hung.
+  On GPU/TPU it is on by default. On CPU it is opt-in: while chasing an XLA:CPU hang
+  (cache-loaded executables stuck in ``block_until_ready`` with several processes sharing
+  the cache; traced to the scheduler disabled in ``jaxlib_papers/__init__.py``) we could
+  not rule the cache out, and small CPU programs compile in seconds anyway.
   """
   import jax  # pylint: disable=g-import-not-at-top
   path = path or os.environ.get("JAXLIB_PAPERS_CACHE")

@@ -4,6 +4,8 @@ import os
 
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+import jaxlib_papers  # noqa: E402,F401  (sets the XLA:CPU scheduler work-around first)
+
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
