@@ -27,7 +27,6 @@
 import os
 
 import matplotlib.pyplot as plt
-import numpy as np
 
 from jaxlib_papers.fsbm import plotting, train
 from jaxlib_papers.fsbm.configs import default

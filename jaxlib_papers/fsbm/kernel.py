@@ -31,9 +31,7 @@ import optax
 from jax.typing import ArrayLike
 
 from jaxlib_papers.core import sde
-from jaxlib_papers.fsbm import feedback
-from jaxlib_papers.fsbm import gpath
-from jaxlib_papers.fsbm import models
+from jaxlib_papers.fsbm import feedback, gpath, models
 
 PyTree = Any
 # f(t [S] or [], x [..., D]) -> [..., D]: the reference (base) drift; None = 0.

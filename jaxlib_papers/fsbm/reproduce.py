@@ -48,6 +48,7 @@ def plot(ctx, task, fsbm, base):
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
   from jaxlib_papers.fsbm import plotting  # pylint: disable=g-import-not-at-top
   fig, axes = plt.subplots(1, 2, figsize=(10, 5))
   for ax, res, name in ((axes[0], fsbm, "FSBM"), (axes[1], base, "tau = 0")):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import pathlib
 from typing import Callable, NamedTuple
 
-import jax.numpy as jnp
 import numpy as np
 
 TASKS = ("stunnel", "vneck", "opinion", "latents")

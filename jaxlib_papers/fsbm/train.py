@@ -113,7 +113,8 @@ def evaluate(kern, state, config, *, num_samples: int | None = None,
   x0, x1 = [], []
   while sum(len(a) for a in x0) < n:
     b = data(rng_step)
-    x0.append(b["x0"]); x1.append(b["x1"])
+    x0.append(b["x0"])
+    x1.append(b["x1"])
     rng_step += 1
   x0 = np.concatenate(x0)[:n]
   x1 = np.concatenate(x1)[:n]

@@ -14,10 +14,17 @@ Public API:
 
 from jaxlib_papers.linear_rl import envs, kernel
 from jaxlib_papers.linear_rl.envs import deep_sea, linear_system, lqr, lqr_riccati
-from jaxlib_papers.linear_rl.kernel import (AGENTS, AgentConfig, d_optimal_design,
-                                            make_agent, min_norm_lstsq,
-                                            null_space_noise, run, simulate,
-                                            span_update)
+from jaxlib_papers.linear_rl.kernel import (
+                                            AGENTS,
+                                            AgentConfig,
+                                            d_optimal_design,
+                                            make_agent,
+                                            min_norm_lstsq,
+                                            null_space_noise,
+                                            run,
+                                            simulate,
+                                            span_update,
+)
 
 __all__ = [
     "AGENTS", "AgentConfig", "d_optimal_design", "deep_sea", "envs", "kernel",

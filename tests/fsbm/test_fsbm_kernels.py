@@ -7,12 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxlib_papers.core import distributed
-from jaxlib_papers.core import precision
-from jaxlib_papers.fsbm import feedback
-from jaxlib_papers.fsbm import gpath
-from jaxlib_papers.fsbm import kernel
-from jaxlib_papers.fsbm import tasks
+from jaxlib_papers.core import distributed, precision
+from jaxlib_papers.fsbm import feedback, gpath, kernel, tasks
 
 SOFTPLUS_INV_ONE = math.log(math.e - 1.0)  # softplus(s) = 1: Brownian-bridge std
 

@@ -3,8 +3,7 @@
 import numpy as np
 import pytest
 
-from jaxlib_papers.fsbm import tasks
-from jaxlib_papers.fsbm import train
+from jaxlib_papers.fsbm import tasks, train
 from jaxlib_papers.fsbm.configs import default
 
 
