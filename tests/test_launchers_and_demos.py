@@ -71,3 +71,16 @@ def test_launcher_rejects_unknown_preset(tmp_path):
       cwd=REPO, env=_env(), capture_output=True, text=True, timeout=120)
   assert out.returncode != 0
   assert "unknown preset 'huge'" in out.stderr
+
+
+def test_every_check_runs_on_generated_data_without_a_data_folder(tmp_path):
+  # The main job must work on a machine with no ../shared/data: each check falls back to
+  # data the suite generates itself, and says so in the report.
+  out = subprocess.run(
+      [sys.executable, "-m", "launch.reproduce", "--preset=smoke",
+       f"--data_dir={tmp_path / 'no_such_folder'}", f"--report_dir={tmp_path / 'report'}"],
+      cwd=REPO, env=_env(), capture_output=True, text=True, timeout=900)
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  rows = json.loads((tmp_path / "report" / "report.json").read_text())
+  assert {r["check"] for r in rows} == {"core", "fsbm", "ruot", "ocm", "minimax", "linear_rl"}
+  assert all(r["data"] == "generated" for r in rows), [r["data"] for r in rows]
