@@ -68,6 +68,17 @@ class MetricWriter:
       self._tb.close()
 
 
+def write_json(path: str | pathlib.Path, obj, **dumps_kwargs) -> pathlib.Path:
+  """Writes ``obj`` as JSON atomically (temp file + rename): a run killed mid-write never
+  leaves a truncated results file in place of the previous one. Creates parent folders."""
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  tmp = path.with_name(path.name + ".tmp")
+  tmp.write_text(json.dumps(obj, **dumps_kwargs), encoding="utf-8")
+  os.replace(tmp, path)
+  return path
+
+
 def read_jsonl(path: str | pathlib.Path) -> list[dict[str, float]]:
   with open(path, encoding="utf-8") as f:
     return [json.loads(line) for line in f if line.strip()]

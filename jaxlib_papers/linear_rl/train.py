@@ -10,7 +10,6 @@ prediction gap, LQR gains against Riccati, timings) goes to
 
 from __future__ import annotations
 
-import json
 import pathlib
 import time
 from typing import Any
@@ -20,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlib_papers.core import config as config_lib
+from jaxlib_papers.core import writers
 from jaxlib_papers.core.precision import enable_x64
 from jaxlib_papers.linear_rl import envs, kernel
 
@@ -173,7 +173,5 @@ def run(config, workdir: str | pathlib.Path | None = None) -> dict[str, Any]:
             f"compile {compile_s:.1f}s run {run_s:.1f}s", flush=True)
 
   if workdir is not None:
-    path = pathlib.Path(workdir)
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "results.json").write_text(json.dumps(results))
+    writers.write_json(pathlib.Path(workdir) / "results.json", results)
   return results

@@ -7,7 +7,6 @@ compile and run seconds, and the ||F|| history; ``<workdir>/results.json`` gets 
 
 from __future__ import annotations
 
-import json
 import pathlib
 import time
 from typing import Any
@@ -16,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlib_papers.core import writers
 from jaxlib_papers.core.precision import enable_x64
 from jaxlib_papers.minimax import data as data_lib
 from jaxlib_papers.minimax import kernel, problems
@@ -179,7 +179,5 @@ def run(config, workdir: str | pathlib.Path | None = None, *, verbose: bool = Tr
               f"||F|| {summary['final_grad_norm']:.2e}, run {summary['run_seconds']:.3f} s "
               f"(compile {summary['compile_seconds']:.1f} s)", flush=True)
   if workdir is not None:
-    workdir = pathlib.Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "results.json").write_text(json.dumps(results, indent=1))
+    writers.write_json(pathlib.Path(workdir) / "results.json", results, indent=1)
   return results

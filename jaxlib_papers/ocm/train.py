@@ -8,7 +8,6 @@ its own checkpoints.
 
 from __future__ import annotations
 
-import json
 import pathlib
 from collections.abc import Callable
 from typing import Any
@@ -19,7 +18,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from jaxlib_papers.core import train_loop
+from jaxlib_papers.core import train_loop, writers
 from jaxlib_papers.ocm import data as data_lib
 from jaxlib_papers.ocm import diffusion, evaluate, gmm, kernel, models
 
@@ -173,7 +172,6 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
                                   verbose=verbose))
   if workdir is not None and jax.process_index() == 0:
     summary = {k: result[k] for k in ("nelbo", "bpd", "mmd", "mmd_ddim", "fid", "head_error")}
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "results.json").write_text(json.dumps(
-        jax.tree.map(float, summary), indent=1, sort_keys=True, default=str))
+    writers.write_json(workdir / "results.json", jax.tree.map(float, summary), indent=1,
+                       sort_keys=True, default=str)
   return result

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import pathlib
 import time
@@ -19,7 +18,7 @@ import numpy as np
 
 from jaxlib_papers.core import metrics as core_metrics
 from jaxlib_papers.core import ot as core_ot
-from jaxlib_papers.core import train_loop
+from jaxlib_papers.core import train_loop, writers
 from jaxlib_papers.ruot import data as data_lib
 from jaxlib_papers.ruot import kernel as K
 from jaxlib_papers.ruot.models import Networks, make_networks
@@ -351,9 +350,8 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
       "networks": nets,
   }
   if workdir is not None:
-    workdir.mkdir(parents=True, exist_ok=True)
     keep = ("rows", "summary", "rows_sde", "summary_sde", "summary_stage2", "stage4_error",
             "action", "timings",
             "train_times", "held_out_time", "source")
-    (workdir / "results.json").write_text(json.dumps({k: results[k] for k in keep}, indent=1))
+    writers.write_json(workdir / "results.json", {k: results[k] for k in keep}, indent=1)
   return results

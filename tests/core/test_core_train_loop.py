@@ -1,5 +1,6 @@
 """train_loop: sharded == single device, resume == uninterrupted, NaN guard, config guard."""
 
+import json
 from typing import NamedTuple
 
 import jax
@@ -179,3 +180,10 @@ def test_bad_loop_settings(loop, match):
   config = ml_collections.ConfigDict({"seed": 0, "loop": loop})
   with pytest.raises(ValueError, match=match):
     train_loop.run(make_kernel(), make_data(), config, None)
+
+
+def test_write_json_never_leaves_a_half_written_file(tmp_path):
+  path = writers.write_json(tmp_path / "out" / "results.json", {"w2": 0.25})
+  with pytest.raises(TypeError):
+    writers.write_json(path, {"bad": object()})  # fails while serialising
+  assert json.loads(path.read_text()) == {"w2": 0.25}
