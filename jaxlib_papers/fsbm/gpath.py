@@ -103,6 +103,27 @@ def drift_coefficients(std: jax.Array, dstd: jax.Array, sigma: float,
   return (sign * dstd - sigma**2 / (2.0 * std)) / std
 
 
+def sample(params: PathParams, x0: jax.Array, x1: jax.Array, sigma: float,
+           t: ArrayLike, noise: jax.Array) -> jax.Array:
+  """One sample mu_t + gamma_t * noise at a single time t [] in [0, 1].
+
+  Unlike :func:`mean_and_std` it needs no time derivative, so t = 0 and t = 1
+  (where gamma = 0) are fine.
+
+  Args:
+    params: the pair's spline parameters; x0, x1: [D]; noise: [D].
+
+  Returns:
+    [D].
+  """
+  knots = full_mean_knots(params, x0, x1)
+  t = jnp.reshape(jnp.asarray(t, knots.dtype), (1,))
+  mean = linear_spline(knots, t)[0]
+  s = linear_spline(params.gamma_knots, t)[0]
+  std = sigma * jnp.sqrt(jnp.clip(t[0] * (1.0 - t[0]), 0.0)) * jax.nn.softplus(s)
+  return mean + std * noise
+
+
 def sample_and_drift(params: PathParams, x0: jax.Array, x1: jax.Array,
                      sigma: float, t: ArrayLike, noise: jax.Array,
                      sign: ArrayLike = 1.0):

@@ -16,12 +16,21 @@ One alternation (``alternate``) is one compiled program:
      the fitted paths' drifts.
 tau is a traced argument, so tau = 0 (the unguided DSBM-like baseline) runs
 through the very same program.
+
+Reference drifts. ``base_drift`` is None, a plain f(t, x), or a mean-field
+drift (an object with ``drift(t, x, field)``, ``field_from(sample_at)`` and
+``field_shape``, e.g. ``opinion.PolarizeDrift``) whose value depends on the
+population through a table ``field`` kept in the kernel state. The table is
+built from the population of Gaussian paths: at round 0 from the initial
+straight-line paths, and after every R-step from the freshly fitted paths; the
+R-step uses the table it starts with, the M-step targets and all later
+simulations use the refreshed one (the order of the official code).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import chex
 import jax
@@ -36,6 +45,19 @@ from jaxlib_papers.fsbm import feedback, gpath, models
 PyTree = Any
 # f(t [S] or [], x [..., D]) -> [..., D]: the reference (base) drift; None = 0.
 BaseDrift = Callable[[jax.Array, jax.Array], jax.Array] | None
+
+
+class MeanFieldDrift(Protocol):
+  """A reference drift that depends on the population law through a table."""
+
+  field_shape: tuple[int, ...]
+
+  def drift(self, t: jax.Array, x: jax.Array, field: jax.Array) -> jax.Array:
+    ...
+
+  def field_from(self, sample_at: Callable[[jax.Array, jax.Array], jax.Array]
+                 ) -> jax.Array:
+    ...
 
 
 # ----------------------------------------------------------------------------
@@ -251,6 +273,7 @@ class FSBMState(NamedTuple):
   ema_params: PyTree      # EMA of params, leaves [2, ...]
   num_updates: jax.Array  # [2] int32 M-step updates of each network so far
   key: jax.Array          # typed PRNG key
+  field: jax.Array        # mean-field table of the reference drift ([0] if none)
 
 
 class FSBMSettings(NamedTuple):
@@ -289,8 +312,29 @@ def _put(tree, idx, value):
   return jax.tree.map(lambda a, v: a.at[idx].set(v), tree, value)
 
 
+def population_field(reference: MeanFieldDrift, path_params: gpath.PathParams,
+                     x0: jax.Array, x1: jax.Array, key: jax.Array, *,
+                     sigma: float) -> jax.Array:
+  """The reference drift's table from one sample of each pair's Gaussian path.
+
+  Args:
+    reference: the mean-field drift.
+    path_params: PathParams with a leading B axis; x0, x1: [B, D] endpoints.
+    key: PRNG key (fresh noise per table time).
+
+  Returns:
+    ``reference.field_shape`` array, gradient-stopped.
+  """
+  def sample_at(s, i):
+    noise = jax.random.normal(jax.random.fold_in(key, i), x0.shape, x0.dtype)
+    return jax.vmap(lambda q, a, b, n: gpath.sample(q, a, b, sigma, s, n))(
+        path_params, x0, x1, noise)
+
+  return jax.lax.stop_gradient(reference.field_from(sample_at))
+
+
 def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
-                base_drift: BaseDrift = None,
+                base_drift: BaseDrift | MeanFieldDrift = None,
                 collision_fn: Callable[[jax.Array], jax.Array] | None = None
                 ) -> FSBMKernel:
   """Builds the FSBM alternating kernel.
@@ -299,7 +343,8 @@ def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
     settings: static settings.
     keypoints: [K, S, D] aligned trajectories on the CondSOC grid.
     tau: feedback weight used by ``train_step`` (``alternate`` takes any tau).
-    base_drift: optional reference drift f(t, x).
+    base_drift: optional reference drift: f(t, x), or a :class:`MeanFieldDrift`
+      (its table lives in ``FSBMState.field``).
     collision_fn: optional ``x [..., D] -> bool [...]`` obstacle test; when
       given, each alternation reports the forward EMA model's collision rate.
 
@@ -319,6 +364,14 @@ def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
   tx = optax.adamw(settings.lr, weight_decay=settings.weight_decay, eps=1e-8)
   csoc = settings.csoc
   knot_idx = knot_indices(settings.num_sim_steps, csoc.num_mean_knots)
+  mean_field = base_drift is not None and hasattr(base_drift, "field_from")
+  field_shape = tuple(base_drift.field_shape) if mean_field else (0,)
+
+  def reference(field):
+    """The reference drift f(t, x) given the current table."""
+    if mean_field:
+      return lambda t, x: base_drift.drift(t, x, field)
+    return base_drift
 
   def init(key):
     k_fwd, k_bwd, key = jax.random.split(key, 3)
@@ -328,20 +381,24 @@ def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
     opt_state = jax.vmap(tx.init)(params)
     return FSBMState(step=jnp.zeros((), jnp.int32), params=params,
                      opt_state=opt_state, ema_params=params,
-                     num_updates=jnp.zeros((2,), jnp.int32), key=key)
+                     num_updates=jnp.zeros((2,), jnp.int32), key=key,
+                     field=jnp.zeros(field_shape, jnp.float32))
 
   def sim(state, x_start, key, sign, use_ema=True):
     idx = jnp.where(jnp.asarray(sign) > 0, 0, 1)
     p = _take(state.ema_params if use_ema else state.params, idx)
     return simulate(apply_fn, p, x_start, key, sigma=csoc.sigma,
                     num_steps=settings.num_sim_steps, sign=sign,
-                    base_drift=base_drift)
+                    base_drift=reference(state.field))
 
   def alternate(state: FSBMState, batch, tau_value):
     x0, x1 = batch["x0"], batch["x1"]
     chex.assert_equal_shape([x0, x1])
     k = state.step
     key, k_sim, k_csoc, k_match, k_eval = jax.random.split(state.key, 5)
+    # A separate stream for the mean-field tables, so tasks without one keep
+    # exactly the random numbers they had before mean-field drifts existed.
+    k_field = jax.random.fold_in(state.key, 2**20)
     first = k == 0
     # Round k >= 1 simulates direction fwd (k odd) or bwd (k even) and trains
     # the opposite network; round 0 fits forward and trains forward.
@@ -361,10 +418,24 @@ def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
 
     mean_path = jax.lax.cond(first, straight, from_model, None)
     px0, px1 = mean_path[:, 0], mean_path[:, -1]
+    field_in, field_out = state.field, state.field
+    k_field_in, k_field_out = jax.random.split(k_field)
+    if mean_field:
+      def initial_field(_):
+        params0 = jax.vmap(lambda p: gpath.init_params(p, csoc.num_gamma_knots))(
+            mean_path)
+        return population_field(base_drift, params0, px0, px1, k_field_in,
+                                sigma=csoc.sigma).astype(state.field.dtype)
+
+      field_in = jax.lax.cond(first, initial_field, lambda _: state.field, None)
     path_params, csoc_losses = condsoc_solve(
         px0, px1, mean_path, k_csoc, settings=csoc, sign=fit_sign,
         tau=tau_value, keypoints=keypoints_arr, inv_std=inv_std,
-        base_drift=base_drift)
+        base_drift=reference(field_in))
+    if mean_field:
+      field_out = population_field(base_drift, path_params, px0, px1, k_field_out,
+                                   sigma=csoc.sigma).astype(state.field.dtype)
+    m_drift = reference(field_out)
 
     # ---- M-step on the trained direction's network.
     num_pairs = x0.shape[0]
@@ -386,7 +457,7 @@ def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
       pp = _take(path_params, idx)
       xt, target = jax.vmap(lambda q, a, b, tt, n: path_drift_at(
           q, a, b, tt, n, sigma=csoc.sigma, sign=train_sign,
-          base_drift=base_drift))(pp, px0[idx], px1[idx], t, noise)
+          base_drift=m_drift))(pp, px0[idx], px1[idx], t, noise)
       loss, grads = jax.value_and_grad(bridge_matching_loss)(
           p, apply_fn, xt, t, target)
       updates, s = tx.update(grads, s, p)
@@ -409,7 +480,7 @@ def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
         opt_state=_put(state.opt_state, train_idx, opt_state),
         ema_params=_put(state.ema_params, train_idx, ema),
         num_updates=state.num_updates.at[train_idx].add(settings.match_steps),
-        key=key)
+        key=key, field=field_out)
     metrics = {
         "loss": jnp.mean(match_losses[-max(1, settings.match_steps // 10):]),
         "csoc_loss_first": csoc_losses[0],

@@ -1,4 +1,4 @@
-"""Plots: trajectories over the obstacles, with keypoints."""
+"""Plots: trajectories over the obstacles with keypoints; opinion polarisation."""
 
 from __future__ import annotations
 
@@ -29,4 +29,34 @@ def plot_trajectories(ax, task: str, paths, keypoints=None, *, title: str = "",
   ax.set_xlim(-lim, lim)
   ax.set_ylim(-lim, lim)
   ax.set_aspect("equal")
+  ax.set_title(title)
+
+
+def plot_polarisation(ax, curves: dict, *, target: float | None = None) -> None:
+  """Polarisation index over time; curves: name -> [S_saved] values on linspace(0, 1)."""
+  for name, values in curves.items():
+    values = np.asarray(values)
+    ax.plot(np.linspace(0.0, 1.0, len(values)), values, label=name)
+  if target is not None:
+    ax.axhline(target, color="k", ls=":", label="p1 samples")
+  ax.set_xlabel("t")
+  ax.set_ylabel("polarisation index mean|2 d_ij - 1|")
+  ax.legend()
+
+
+def plot_opinion_pca(ax, paths, *, title: str = "", num: int = 60) -> None:
+  """Opinion paths [S, n, D] projected on the top-2 principal axes of the samples
+  at the middle time (where polarisation shows)."""
+  paths = np.asarray(paths, np.float64)
+  mid = paths[len(paths) // 2]
+  centre = mid.mean(axis=0)
+  _, _, vt = np.linalg.svd(mid - centre, full_matrices=False)
+  proj = (paths - centre) @ vt[:2].T                               # [S, n, 2]
+  for i in range(min(num, proj.shape[1])):
+    ax.plot(proj[:, i, 0], proj[:, i, 1], lw=0.4, color="tab:blue", alpha=0.4)
+  ax.scatter(proj[len(proj) // 2, :, 0], proj[len(proj) // 2, :, 1], s=2, color="tab:orange",
+             label="t = 0.5")
+  ax.scatter(proj[-1, :, 0], proj[-1, :, 1], s=2, color="tab:red", label="t = 1")
+  ax.set_aspect("equal")
+  ax.legend()
   ax.set_title(title)

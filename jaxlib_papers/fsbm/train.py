@@ -15,7 +15,7 @@ import numpy as np
 
 from jaxlib_papers.core import train_loop
 from jaxlib_papers.fsbm import kernel as kernel_lib
-from jaxlib_papers.fsbm import tasks
+from jaxlib_papers.fsbm import opinion, tasks
 
 CROWD_TASKS = ("stunnel", "vneck")
 
@@ -52,10 +52,16 @@ def load_task_keypoints(config) -> tuple[np.ndarray, np.ndarray, str]:
     kp = tasks.generate_keypoints(config.task, int(config.num_keypoints),
                                   int(config.csoc.S), seed=int(config.seed))
     source = "generated"
+  elif config.task == "opinion":
+    kp = opinion.generate_keypoints(int(config.num_keypoints), int(config.csoc.S),
+                                    int(config.dim), seed=int(config.seed))
+    source = "generated"
   else:
     raise ValueError(
         f"task {config.task!r} has no generated keypoints: set config.keypoints_path "
         "to a [K, S, D] .npy of aligned trajectories")
+  if kp.shape[2] != int(config.dim):
+    raise ValueError(f"keypoints have dim {kp.shape[2]}, config.dim is {config.dim}")
   if kp.shape[1] != int(config.csoc.S):
     raise ValueError(f"keypoints have {kp.shape[1]} time points, config.csoc.S is "
                      f"{config.csoc.S}; they must match")
@@ -94,6 +100,7 @@ def build(config, tau: float | None = None):
   settings = settings_from_config(config)
   kern = kernel_lib.make_kernel(
       settings, fb, tau=float(config.tau if tau is None else tau),
+      base_drift=tasks.reference_drift(config),
       collision_fn=tasks.collision_fn(config.task))
   return kern, make_data(config), fb, held, source
 
@@ -105,6 +112,9 @@ def evaluate(kern, state, config, *, num_samples: int | None = None,
   Returns:
     dict with collision_rate (crowd tasks), w2 and mmd of terminal samples vs
     fresh target samples, and ``paths`` [S_saved, n, D] (every 10th EM step).
+    Opinion adds directional_similarity and polarisation (index of the
+    terminal samples), polarisation_path ([S_saved] index along the paths)
+    and polarisation_max, and the same for ``target`` (fresh p1 samples).
   """
   from jaxlib_papers.core import metrics  # pylint: disable=g-import-not-at-top
   n = int(num_samples or config.eval.num_samples)
@@ -125,9 +135,14 @@ def evaluate(kern, state, config, *, num_samples: int | None = None,
     out["collision_rate"] = tasks.collision_rate(config.task, path)
   out["w2"] = float(metrics.w2(path[-1], x1))
   out["mmd"] = float(metrics.mmd_rbf(path[-1], x1))
+  saved = path[::10]
   if config.task == "opinion":
     out["directional_similarity"] = tasks.directional_similarity(path[-1])
-  out["paths"] = path[::10]
+    out["polarisation"] = opinion.polarisation_index(path[-1])
+    out["polarisation_path"] = [opinion.polarisation_index(x) for x in saved]
+    out["polarisation_max"] = float(max(out["polarisation_path"]))
+    out["target_polarisation"] = opinion.polarisation_index(x1)
+  out["paths"] = saved
   return out
 
 

@@ -15,6 +15,12 @@ def test_config_presets_and_errors():
     default.get_config("huge")
   with pytest.raises(ValueError, match="task"):
     default.task_config("mountain")
+  # "<task>,<preset>" (the launcher's --config=...default.py:vneck,cpu) = task_config.
+  assert default.get_config("vneck,cpu") == default.task_config("vneck", "cpu")
+  op = default.get_config("opinion, smoke")
+  assert (op.task, op.dim, op.sigma, op.csoc.lr_mean) == ("opinion", 100, 0.5, 0.03)
+  with pytest.raises(ValueError, match="preset"):
+    default.get_config("opinion,huge")
   cfg = default.task_config("stunnel", keypoints_path="/nonexistent/kp.npy")
   with pytest.raises(ValueError, match="keypoints_path"):
     train.build(cfg)

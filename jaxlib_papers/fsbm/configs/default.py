@@ -1,6 +1,7 @@
 """FSBM configs: ``get_config(preset)`` for smoke | cpu | full (S-tunnel default).
 
-Other tasks: ``--config.task=vneck --config.tau=10`` etc., or :func:`task_config`.
+Other tasks with their official settings: ``get_config("vneck,cpu")`` (launcher:
+``--config=jaxlib_papers/fsbm/configs/default.py:vneck,cpu``) or :func:`task_config`.
 CondSOC learning rates act per pair as lr / csoc.mB (the official loss is a
 mean over a micro-batch of mB pairs); we keep the official lr and mB at every
 preset so each pair takes the official step size whatever the number of pairs B.
@@ -16,8 +17,27 @@ TASK_DEFAULTS = {
                 "csoc.lr_mean": 0.2, "csoc.lr_gamma": 0.1, "csoc.mB": 1024},
     "vneck": {"sigma": 1.0, "tau": 10.0, "csoc.T_mean": 15, "csoc.T_gamma": 30,
               "csoc.lr_mean": 0.3, "csoc.lr_gamma": 0.2, "csoc.mB": 256},
-    "opinion": {"sigma": 0.5, "tau": 10.0, "csoc.T_mean": 30, "csoc.T_gamma": 30,
-                "csoc.lr_mean": 0.03, "csoc.lr_gamma": 0.02, "csoc.mB": 256},
+    "opinion": {"sigma": 0.5, "tau": 10.0, "dim": 100, "csoc.T_mean": 30,
+                "csoc.T_gamma": 30, "csoc.lr_mean": 0.03, "csoc.lr_gamma": 0.02,
+                "csoc.mB": 256, "csoc.num_iters": 700, "match.batch_size": 256,
+                "num_sim_steps": 300, "num_keypoints": 300, "num_feedback": 240,
+                "model.hidden": 256},
+}
+
+# Per-task sizes of the reduced presets (applied after TASK_DEFAULTS). Opinion
+# keeps the official lr / mB (so each pair takes the official step) and D = 100.
+TASK_PRESETS = {
+    ("opinion", "smoke"): {"csoc.num_iters": 40, "match.batch_size": 64,
+                           "num_sim_steps": 100, "num_keypoints": 40, "num_feedback": 32,
+                           "model.hidden": 128, "opinion.field_times": 100},
+    # In D = 100 the M-step needs many pairs: with B = 128 the learned flow ends
+    # with norms 13-15 instead of p1's 20 (it averages over too few endpoints);
+    # B = 512-1024 matches p1. One CondSOC iteration over 256 pairs x 4 paths x
+    # 100 times x 100 dims is ~250 ms on 2 cores (10M normals alone ~150 ms), so
+    # cpu buys the pairs with a coarser grid (S = 50, N = 2) and fewer iterations.
+    ("opinion", "cpu"): {"batch_size": 512, "csoc.S": 50, "csoc.N": 2, "csoc.num_iters": 100,
+                         "match.steps": 3000, "loop.num_steps": 3, "model.hidden": 128},
+    ("opinion", "full"): {"batch_size": 10240},
 }
 
 BASE = {
@@ -41,6 +61,9 @@ BASE = {
     "model": {"hidden": 128},
     "num_sim_steps": 1000,     # Euler-Maruyama steps (nfe)
     "latents": {"source_path": "", "target_path": ""},
+    # Opinion task's polarising reference drift (official DeepGSB/FSBM values).
+    "opinion": {"strength": 6.0, "multiplier_coeff": 8.0, "field_times": 500,
+                "direction_seed": 4078213},
     "eval": {"num_samples": 1000},
     "loop": {"num_steps": 5, "log_every": 1, "checkpoint_every": 1},
 }
@@ -63,6 +86,11 @@ OVERRIDES = {
 
 
 def get_config(preset: str = "smoke"):
+  """Config of ``preset`` (S-tunnel), or ``"<task>,<preset>"`` for another task
+  with its official settings (``--config=.../default.py:opinion,cpu``)."""
+  if "," in preset:
+    task, preset = (part.strip() for part in preset.split(",", 1))
+    return task_config(task, preset)
   return config_lib.make_config(preset, BASE, OVERRIDES)
 
 
@@ -78,7 +106,8 @@ def task_config(task: str, preset: str = "smoke", **overrides):
     raise ValueError(f"task must be one of {sorted(TASK_DEFAULTS) + ['latents']}, got {task!r}")
   with config.unlocked():
     config.task = task
-    for dotted, value in {**TASK_DEFAULTS.get(task, {}), **overrides}.items():
+    for dotted, value in {**TASK_DEFAULTS.get(task, {}),
+                          **TASK_PRESETS.get((task, preset), {}), **overrides}.items():
       node = config
       *parents, leaf = dotted.split(".")
       for name in parents:
