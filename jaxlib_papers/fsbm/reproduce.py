@@ -121,7 +121,7 @@ def opinion_claims(ctx) -> list[reproduce.Claim]:
 
   from jaxlib_papers.core import metrics  # pylint: disable=g-import-not-at-top
   from jaxlib_papers.fsbm import opinion, tasks  # pylint: disable=g-import-not-at-top
-  data = "generated (no official opinion keypoints)"
+  data = "generated"  # no official opinion keypoints exist
   try:
     config, fsbm, base, seconds = task_run("opinion", 10.0, ctx.preset, ctx.seed, None)
   except FloatingPointError as e:
