@@ -45,6 +45,8 @@ from jaxlib_papers.fsbm import feedback, gpath, models
 PyTree = Any
 # f(t [S] or [], x [..., D]) -> [..., D]: the reference (base) drift; None = 0.
 BaseDrift = Callable[[jax.Array, jax.Array], jax.Array] | None
+# V(x [..., D]) -> [...]: a known state cost added to the CondSOC objective.
+StateCost = Callable[[jax.Array], jax.Array] | None
 
 
 class MeanFieldDrift(Protocol):
@@ -90,11 +92,14 @@ def time_grid(settings: CondSOCSettings, dtype=jnp.float32) -> jax.Array:
 def condsoc_pair_loss(params: gpath.PathParams, x0: jax.Array, x1: jax.Array,
                       noise: jax.Array, *, sigma: float, t: jax.Array,
                       sign: ArrayLike, tau: ArrayLike, keypoints: jax.Array,
-                      inv_std: jax.Array, base_drift: BaseDrift = None):
+                      inv_std: jax.Array, base_drift: BaseDrift = None,
+                      state_cost: StateCost = None):
   """CondSOC objective of one pair, a mean over its N paths and S times.
 
-  L = mean_{n,t} [ ||u_t||^2 / (2 sigma^2) + tau |<grad G, u_t>| + tau sum_d (H 1)_d ]
-  with u_t the path drift minus the signed base drift.
+  L = mean_{n,t} [ ||u_t||^2 / (2 sigma^2) + tau |<grad G, u_t>| + tau sum_d (H 1)_d
+                   + V(X_t) ]
+  with u_t the path drift minus the signed base drift and V an optional known
+  state cost (the GSBM-style baseline; None = 0, as in FSBM).
 
   Args:
     params: the pair's spline parameters.
@@ -107,9 +112,10 @@ def condsoc_pair_loss(params: gpath.PathParams, x0: jax.Array, x1: jax.Array,
     keypoints: [K, S, D] aligned trajectories.
     inv_std: [S, D] from ``feedback.keypoint_inv_std``.
     base_drift: optional reference drift f(t, x).
+    state_cost: optional V(x [..., D]) -> [...], already weighted.
 
   Returns:
-    (loss [], aux dict of [] scalars: control, feedback, divergence).
+    (loss [], aux dict of [] scalars: control, feedback, divergence, state).
   """
   x, u = gpath.sample_and_drift(params, x0, x1, sigma, t, noise, sign)
   if base_drift is not None:
@@ -120,9 +126,10 @@ def condsoc_pair_loss(params: gpath.PathParams, x0: jax.Array, x1: jax.Array,
       lambda xn: feedback.feedback_terms(xn, keypoints, inv_std, ref_index))(x)
   guide = jnp.abs(jnp.sum(grad_g * u, axis=-1))                       # [N, S]
   divergence = jnp.sum(hess_ones, axis=-1)                            # [N, S]
-  loss = jnp.mean(control + tau * guide + tau * divergence)
+  state = jnp.zeros_like(control) if state_cost is None else state_cost(x)
+  loss = jnp.mean(control + tau * guide + tau * divergence + state)
   aux = dict(control=jnp.mean(control), feedback=jnp.mean(guide),
-             divergence=jnp.mean(divergence))
+             divergence=jnp.mean(divergence), state=jnp.mean(state))
   return loss, aux
 
 
@@ -137,7 +144,8 @@ def condsoc_optimizer(settings: CondSOCSettings) -> optax.GradientTransformation
 def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
                   key: jax.Array, *, settings: CondSOCSettings,
                   sign: ArrayLike, tau: ArrayLike, keypoints: jax.Array,
-                  inv_std: jax.Array, base_drift: BaseDrift = None):
+                  inv_std: jax.Array, base_drift: BaseDrift = None,
+                  state_cost: StateCost = None):
   """Fits one Gaussian path per endpoint pair: one program for all B pairs.
 
   The per-pair losses are summed and divided by ``settings.micro_batch``, so
@@ -156,6 +164,7 @@ def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
     tau: feedback weight.
     keypoints: [K, S, D]; inv_std: [S, D].
     base_drift: optional reference drift.
+    state_cost: optional known state cost V (GSBM-style baseline).
 
   Returns:
     (params: PathParams with leading B axis, losses: [num_iters] mean per-pair
@@ -176,7 +185,8 @@ def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
     losses, _ = jax.vmap(
         lambda pp, a, b, n: condsoc_pair_loss(
             pp, a, b, n, sigma=settings.sigma, t=t, sign=sign, tau=tau,
-            keypoints=keypoints, inv_std=inv_std, base_drift=base_drift))(
+            keypoints=keypoints, inv_std=inv_std, base_drift=base_drift,
+            state_cost=state_cost))(
                 p, x0, x1, noise)
     return jnp.sum(losses) / settings.micro_batch, jnp.mean(losses)
 
@@ -335,8 +345,8 @@ def population_field(reference: MeanFieldDrift, path_params: gpath.PathParams,
 
 def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
                 base_drift: BaseDrift | MeanFieldDrift = None,
-                collision_fn: Callable[[jax.Array], jax.Array] | None = None
-                ) -> FSBMKernel:
+                collision_fn: Callable[[jax.Array], jax.Array] | None = None,
+                state_cost: StateCost = None) -> FSBMKernel:
   """Builds the FSBM alternating kernel.
 
   Args:
@@ -347,6 +357,8 @@ def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
       (its table lives in ``FSBMState.field``).
     collision_fn: optional ``x [..., D] -> bool [...]`` obstacle test; when
       given, each alternation reports the forward EMA model's collision rate.
+    state_cost: optional known state cost V(x) in every R-step (with tau = 0
+      this is the GSBM-style baseline that is told where the obstacles are).
 
   Returns:
     An :class:`FSBMKernel`. ``train_step(state, batch)`` takes
@@ -431,7 +443,7 @@ def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
     path_params, csoc_losses = condsoc_solve(
         px0, px1, mean_path, k_csoc, settings=csoc, sign=fit_sign,
         tau=tau_value, keypoints=keypoints_arr, inv_std=inv_std,
-        base_drift=reference(field_in))
+        base_drift=reference(field_in), state_cost=state_cost)
     if mean_field:
       field_out = population_field(base_drift, path_params, px0, px1, k_field_out,
                                    sigma=csoc.sigma).astype(state.field.dtype)

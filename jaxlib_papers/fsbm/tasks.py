@@ -66,6 +66,45 @@ def reference_drift(config):
       coeff=float(oc.multiplier_coeff), seed=int(oc.direction_seed))
 
 
+# GSBM's obstacle-cost weights (its stunnel / vneck configs).
+OBSTACLE_WEIGHT = {"stunnel": 1500.0, "vneck": 3000.0}
+
+
+def obstacle_cost(name: str, x):
+  """GSBM's smooth obstacle cost V(x [..., 2]) -> [...] (unweighted).
+
+  S-tunnel: softplus(90 - d1) + softplus(90 - d2) with d_i the ellipse
+  functions 20 (x -/+ 5)^2 + (y -/+ 6)^2; V-neck: softplus(-0.36 - (5 x^2 - y^2)).
+  Positive inside the obstacles, ~0 away from them.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  px, py = x[..., 0], x[..., 1]
+  if name == "stunnel":
+    d1 = 20.0 * (px - 5.0) ** 2 + (py - 6.0) ** 2
+    d2 = 20.0 * (px + 5.0) ** 2 + (py + 6.0) ** 2
+    return jax.nn.softplus(90.0 - d1) + jax.nn.softplus(90.0 - d2)
+  if name == "vneck":
+    return jax.nn.softplus(-0.36 - (5.0 * px**2 - py**2))
+  raise ValueError(f"task {name!r} has no obstacles")
+
+
+def state_cost(config):
+  """The GSBM-style known-obstacle cost for the kernel, or None.
+
+  ``config.gsbm_obstacle_weight`` > 0 turns it on (GSBM: 1500 S-tunnel, 3000
+  V-neck, ``OBSTACLE_WEIGHT``); only crowd tasks have obstacles.
+  """
+  weight = float(config.gsbm_obstacle_weight)
+  if weight < 0:
+    raise ValueError(f"config.gsbm_obstacle_weight must be >= 0, got {weight}")
+  if weight == 0:
+    return None
+  if config.task not in OBSTACLE_WEIGHT:
+    raise ValueError(f"config.gsbm_obstacle_weight > 0 needs a task with obstacles "
+                     f"{sorted(OBSTACLE_WEIGHT)}, got task {config.task!r}")
+  return lambda x: weight * obstacle_cost(config.task, x)
+
+
 def collision_fn(name: str) -> Callable | None:
   if name in ("stunnel", "vneck"):
     return lambda x: collision(name, x)

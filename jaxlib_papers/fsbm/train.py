@@ -101,7 +101,8 @@ def build(config, tau: float | None = None):
   kern = kernel_lib.make_kernel(
       settings, fb, tau=float(config.tau if tau is None else tau),
       base_drift=tasks.reference_drift(config),
-      collision_fn=tasks.collision_fn(config.task))
+      collision_fn=tasks.collision_fn(config.task),
+      state_cost=tasks.state_cost(config))
   return kern, make_data(config), fb, held, source
 
 

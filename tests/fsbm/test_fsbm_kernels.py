@@ -160,3 +160,24 @@ def test_bad_inputs_raise():
     feedback.check_keypoints(np.zeros((4, 7, 2)), num_steps=9)
   with pytest.raises(ValueError, match="NaN"):
     feedback.check_keypoints(np.full((4, 7, 2), np.nan))
+
+
+def test_state_cost_adds_its_mean_and_obstacle_cost_marks_obstacles():
+  """The GSBM-style term: L(V) - L(0) = mean_{n,t} V(X_t) on the same noise."""
+  settings, kp, inv_std, x0, x1, mp = _small_problem(num_pairs=2)
+  params = gpath.init_params(mp[0], settings.num_gamma_knots)
+  t = kernel.time_grid(settings)
+  noise = jax.random.normal(jax.random.key(0), (2, settings.num_steps, 2))
+  cost = lambda x: 3.0 * tasks.obstacle_cost("vneck", x)
+  args = dict(sigma=1.0, t=t, sign=1.0, tau=0.0, keypoints=kp, inv_std=inv_std)
+  plain, _ = kernel.condsoc_pair_loss(params, x0[0], x1[0], noise, **args)
+  with_v, aux = kernel.condsoc_pair_loss(params, x0[0], x1[0], noise, state_cost=cost, **args)
+  x, _ = gpath.sample_and_drift(params, x0[0], x1[0], 1.0, t, noise, 1.0)
+  assert float(jnp.mean(cost(x))) > 0.1
+  np.testing.assert_allclose(with_v - plain, jnp.mean(cost(x)), rtol=1e-4)
+  np.testing.assert_allclose(aux["state"], jnp.mean(cost(x)), rtol=1e-6)
+  for task, inside, outside in (("stunnel", [5.0, 6.0], [0.0, 0.0]),
+                                ("vneck", [0.0, 3.0], [5.0, 0.0])):
+    v_in, v_out = tasks.obstacle_cost(task, jnp.array([inside, outside]))
+    assert bool(tasks.collision(task, np.array(inside))) and v_in > 1.0
+    assert not bool(tasks.collision(task, np.array(outside))) and v_out < 1e-3

@@ -50,6 +50,9 @@ BASE = {
     "keypoints_path": "",
     "num_keypoints": 100,      # generated keypoints
     "num_feedback": 80,        # used as feedback; the rest is held out (-1: all)
+    # > 0: add GSBM's known obstacle cost (weight x softplus barrier) to every R-step;
+    # with tau = 0 that is the GSBM-style baseline (GSBM: 1500 S-tunnel, 3000 V-neck).
+    "gsbm_obstacle_weight": 0.0,
     "batch_size": 256,         # B endpoint pairs per alternation
     "csoc": {
         "T_mean": 15, "T_gamma": 30, "S": 100, "N": 4,
