@@ -32,7 +32,7 @@ import jax
 import matplotlib.pyplot as plt
 import numpy as np
 
-from jaxlib_papers.fsbm import opinion, plotting, tasks, train
+from jaxlib_papers.fsbm import plotting, tasks, train
 from jaxlib_papers.fsbm.configs import default
 
 PRESET = os.environ.get("JAXLIB_PAPERS_DEMO_PRESET", "smoke")
@@ -90,18 +90,9 @@ plt.show()
 op_config = default.task_config("opinion", PRESET)
 op_fsbm, op_base = train.run_in_memory(op_config, (op_config.tau, 0.0), verbose=False)
 p0, _ = tasks.marginals("opinion", op_config.dim)
-x0 = jax.numpy.asarray(p0.sample(np.random.default_rng(0), 500))
-ref = jax.jit(lambda x: opinion.simulate_reference(
-    tasks.reference_drift(op_config), x, jax.random.key(0), sigma=op_config.sigma,
-    num_steps=op_config.num_sim_steps))(x0)
-ref_pol = [opinion.polarisation_index(x) for x in ref[::10]]
-fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
-plotting.plot_polarisation(axes[0], {"FSBM": op_fsbm["polarisation_path"],
-                                     "tau = 0": op_base["polarisation_path"],
-                                     "reference dynamics": ref_pol},
-                           target=op_fsbm["target_polarisation"])
-for ax, res, name in ((axes[1], op_fsbm, "FSBM"), (axes[2], op_base, "tau = 0")):
-  plotting.plot_opinion_pca(ax, res["paths"], title=f"{name}: paths, PCA at t = 0.5")
+ref_pol = train.reference_polarisation(op_config, p0.sample(np.random.default_rng(0), 500),
+                                       jax.random.key(0))
+plotting.opinion_figure(op_fsbm, op_base, ref_pol)
 plt.show()
 for res in (op_fsbm, op_base):
   print(f"tau={res['tau']:g}: max polarisation {res['polarisation_max']:.3f}, "

@@ -134,10 +134,15 @@ class PolarizeDrift(NamedTuple):
     pairs) costs one [S, D] gather, not one per path.
     """
     idx = self.time_index(t)
-    xi = self.directions[idx].astype(x.dtype)                  # [*t.shape, D]
+    return self.drift_at(idx, x, field[idx])
+
+  def drift_at(self, idx: jax.Array, x: jax.Array, term: jax.Array) -> jax.Array:
+    """f for x [..., D] at grid index idx (broadcastable to x[..., 0]) given the
+    mean-field term B [*idx.shape, D] there."""
+    xi = self.directions[idx].astype(x.dtype)                  # [*idx.shape, D]
     agree = _agree(jnp.sum(x * xi, axis=-1, keepdims=True))
     scale = self.strength * self.multiplier[idx].astype(x.dtype)[..., None]
-    return jnp.broadcast_to(agree * (scale * field[idx].astype(x.dtype)), x.shape)
+    return jnp.broadcast_to(agree * (scale * term.astype(x.dtype)), x.shape)
 
   def field_from(self, sample_at) -> jax.Array:
     """[S_f, D] table B from ``sample_at(s, i) -> [P, D]`` (s the i-th grid time)."""
@@ -165,9 +170,7 @@ def simulate_reference(drift: PolarizeDrift, x0: jax.Array, key: jax.Array, *,
     i, k = inputs
     t = i * dt
     idx = drift.time_index(t)
-    b = mean_field_term(x, drift.directions[idx])
-    xi = drift.directions[idx]
-    f = drift.strength * drift.multiplier[idx] * _agree(x @ xi)[:, None] * b
+    f = drift.drift_at(idx, x, mean_field_term(x, drift.directions[idx]))
     x = x + f * dt + sigma * jnp.sqrt(dt) * jax.random.normal(k, x.shape, x.dtype)
     return x, x
 

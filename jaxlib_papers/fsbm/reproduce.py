@@ -149,10 +149,9 @@ def gsbm_claim(task, fsbm, gsbm, data) -> reproduce.Claim:
 def opinion_claims(ctx) -> list[reproduce.Claim]:
   """Opinion depolarisation: FSBM (tau = 10) vs tau = 0 vs the reference dynamics."""
   import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 
   from jaxlib_papers.core import metrics  # pylint: disable=g-import-not-at-top
-  from jaxlib_papers.fsbm import opinion, tasks  # pylint: disable=g-import-not-at-top
+  from jaxlib_papers.fsbm import tasks  # pylint: disable=g-import-not-at-top
   data = "generated"  # no official opinion keypoints exist
   try:
     config, fsbm, base, seconds = task_run("opinion", 10.0, ctx.preset, ctx.seed, None)
@@ -163,11 +162,7 @@ def opinion_claims(ctx) -> list[reproduce.Claim]:
   n = len(fsbm["paths"][-1])
   p0, p1 = tasks.marginals("opinion", int(config.dim))
   rng = np.random.default_rng(ctx.seed + 123)
-  x0 = jnp.asarray(p0.sample(rng, n))
-  ref = jax.jit(lambda x, k: opinion.simulate_reference(
-      tasks.reference_drift(config), x, k, sigma=float(config.sigma),
-      num_steps=int(config.num_sim_steps)))(x0, jax.random.key(ctx.seed))
-  ref_pol = [opinion.polarisation_index(np.asarray(x)) for x in ref[::10]]
+  ref_pol = train.reference_polarisation(config, p0.sample(rng, n), jax.random.key(ctx.seed))
   floor = float(metrics.mmd_rbf(p1.sample(rng, n), p1.sample(rng, n)))
   plot_opinion(ctx, fsbm, base, ref_pol)
   setting = (f"D {config.dim}, {config.loop.num_steps} alternations, B {config.batch_size}, "
@@ -208,13 +203,6 @@ def plot_opinion(ctx, fsbm, base, ref_pol):
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
   from jaxlib_papers.fsbm import plotting  # pylint: disable=g-import-not-at-top
-  fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
-  plotting.plot_polarisation(axes[0], {"FSBM": fsbm["polarisation_path"],
-                                       "tau = 0": base["polarisation_path"],
-                                       "reference dynamics": ref_pol},
-                             target=fsbm["target_polarisation"])
-  for ax, res, name in ((axes[1], fsbm, "FSBM"), (axes[2], base, "tau = 0")):
-    plotting.plot_opinion_pca(ax, res["paths"], title=f"opinion {name} (PCA at t = 0.5)")
-  fig.tight_layout()
+  fig = plotting.opinion_figure(fsbm, base, ref_pol)
   fig.savefig(ctx.report_dir / "fsbm_opinion.png", dpi=100)
   plt.close(fig)

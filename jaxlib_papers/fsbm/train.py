@@ -147,6 +147,16 @@ def evaluate(kern, state, config, *, num_samples: int | None = None,
   return out
 
 
+def reference_polarisation(config, x0, key) -> list[float]:
+  """Polarisation index along the uncontrolled polarising dynamics of the opinion
+  task from x0 [n, D] (every 10th of ``config.num_sim_steps`` EM steps, like the
+  ``polarisation_path`` of :func:`evaluate`)."""
+  path = jax.jit(lambda x, k: opinion.simulate_reference(
+      tasks.reference_drift(config), x, k, sigma=float(config.sigma),
+      num_steps=int(config.num_sim_steps)))(jnp.asarray(x0), key)
+  return [opinion.polarisation_index(np.asarray(x)) for x in path[::10]]
+
+
 def run(config, workdir: str | pathlib.Path | None = None, *, tau: float | None = None,
         evaluate_model: bool = True) -> dict[str, Any]:
   """Trains FSBM (alternations through core.train_loop) and evaluates it.
