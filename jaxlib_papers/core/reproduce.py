@@ -9,20 +9,23 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import pathlib
+import pkgutil
 from collections.abc import Callable
 
 from jaxlib_papers.core import config as config_lib
 
-# Modules that register checks, in report order. A paper not yet present is skipped.
-CHECK_MODULES = (
-    "jaxlib_papers.core.selfcheck",
-    "jaxlib_papers.fsbm.reproduce",
-    "jaxlib_papers.ruot.reproduce",
-    "jaxlib_papers.ocm.reproduce",
-    "jaxlib_papers.minimax.reproduce",
-    "jaxlib_papers.linear_rl.reproduce",
-)
+
+def check_modules() -> list[str]:
+  """The core's own check, then ``jaxlib_papers.<paper>.reproduce`` of every package that
+  has one, in alphabetical order: a new paper is found by its folder, core names none."""
+  import jaxlib_papers  # pylint: disable=g-import-not-at-top
+  found = sorted(
+      info.name for info in pkgutil.iter_modules(jaxlib_papers.__path__)
+      if info.ispkg and info.name != "core"
+      and importlib.util.find_spec(f"jaxlib_papers.{info.name}.reproduce") is not None)
+  return ["jaxlib_papers.core.selfcheck"] + [f"jaxlib_papers.{n}.reproduce" for n in found]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,11 +72,7 @@ def register(name: str) -> Callable[[Check], Check]:
 
 
 def load_all() -> dict[str, Check]:
-  """Imports every module of :data:`CHECK_MODULES` that exists; returns the registry."""
-  for module in CHECK_MODULES:
-    try:
-      importlib.import_module(module)
-    except ModuleNotFoundError as e:
-      if e.name is None or not module.startswith(e.name):
-        raise  # a real missing dependency inside the module, not an absent paper
+  """Imports every module of :func:`check_modules`; returns the registry."""
+  for module in check_modules():
+    importlib.import_module(module)
   return REGISTRY

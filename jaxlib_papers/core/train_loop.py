@@ -1,6 +1,7 @@
 """One training loop for every method: mesh, jit, checkpoints, metrics, progress, resume.
 
-A kernel is any object with two pure functions (see :class:`TrainKernel`); the loop never
+A kernel is a :class:`~jaxlib_papers.core.contract.TrainKernel` (any object with its two
+pure functions ``init`` and ``train_step`` is accepted); the loop never
 looks inside the state. It
 
 * builds one mesh over all devices, replicates the state and shards each batch's leading
@@ -23,7 +24,7 @@ import math
 import pathlib
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import jax
 import ml_collections
@@ -31,20 +32,9 @@ import numpy as np
 
 from jaxlib_papers.core import config as config_lib
 from jaxlib_papers.core import distributed
+from jaxlib_papers.core.contract import TrainKernel
 
 PyTree = Any
-
-
-class TrainKernel(Protocol):
-  """What :func:`run` needs from a method.
-
-  ``init(key) -> state`` and ``train_step(state, batch) -> (state, metrics)``; both pure,
-  no jit inside. ``metrics`` is a dict of scalar arrays containing ``"loss"``.
-  """
-
-  def init(self, key: jax.Array) -> PyTree: ...
-
-  def train_step(self, state: PyTree, batch: PyTree) -> tuple[PyTree, dict[str, jax.Array]]: ...
 
 
 class TrainResult(NamedTuple):
