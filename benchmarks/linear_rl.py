@@ -31,7 +31,7 @@ TARGET_SECONDS = 30.0  # issue: N = 20, T = 1000, 10 seeds on 2 CPU cores
 def bench(env, cfg, episodes, num_seeds, repeats):
   with enable_x64():
     keys = jax.vmap(jax.random.key)(jnp.arange(num_seeds))
-    fn = jax.jit(jax.vmap(lambda k: kernel.run(env, cfg, episodes, k)))
+    fn = jax.jit(jax.vmap(lambda k: kernel.run_episodes(env, cfg, episodes, k)))
     start = time.perf_counter()
     compiled = fn.lower(keys).compile()
     compile_s = time.perf_counter() - start

@@ -5,14 +5,16 @@ Public API:
 * :mod:`envs`: ``deep_sea``, ``linear_system``, ``lqr`` (pure-function
   environments with deterministic dynamics and linear features), ``lqr_riccati``.
 * :mod:`kernel`: ``AgentConfig``, ``make_agent`` (null-space randomized LSVI,
-  LSVI-UCB, RLSVI, epsilon-greedy LSVI), ``run`` (one seed, one ``lax.scan``),
-  ``simulate`` (vmapped over seeds, float64), and the linear-algebra kernels
+  LSVI-UCB, RLSVI, epsilon-greedy LSVI), ``run_episodes`` (one seed, one ``lax.scan``),
+  and the linear-algebra kernels
   ``span_update``, ``min_norm_lstsq``, ``null_space_noise``,
   ``d_optimal_design``.
-* :mod:`train`: ``run(config, workdir)`` runs the experiment of a config.
+* :mod:`train`: ``simulate`` (seeds vmapped and jitted, float64) and ``run(config,
+  workdir)``, the experiment of a config; configs in :mod:`configs.default`.
 """
 
-from jaxlib_papers.linear_rl import envs, kernel
+from jaxlib_papers.linear_rl import configs, envs, kernel, train
+from jaxlib_papers.linear_rl.configs import default as _default  # noqa: F401  (configs.default)
 from jaxlib_papers.linear_rl.envs import deep_sea, linear_system, lqr, lqr_riccati
 from jaxlib_papers.linear_rl.kernel import (
                                             AGENTS,
@@ -21,13 +23,13 @@ from jaxlib_papers.linear_rl.kernel import (
                                             make_agent,
                                             min_norm_lstsq,
                                             null_space_noise,
-                                            run,
-                                            simulate,
+                                            run_episodes,
                                             span_update,
 )
+from jaxlib_papers.linear_rl.train import simulate
 
 __all__ = [
-    "AGENTS", "AgentConfig", "d_optimal_design", "deep_sea", "envs", "kernel",
+    "AGENTS", "AgentConfig", "configs", "d_optimal_design", "deep_sea", "envs", "kernel",
     "linear_system", "lqr", "lqr_riccati", "make_agent", "min_norm_lstsq",
-    "null_space_noise", "run", "simulate", "span_update",
+    "null_space_noise", "run_episodes", "simulate", "span_update", "train",
 ]

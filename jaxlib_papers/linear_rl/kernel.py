@@ -20,7 +20,7 @@ Planning for null-space randomized LSVI, ``h = H..1``:
                  ``N(0, sigma_R^2 Sigma^{-1})``,
   ``Q_bar_h = <omega_bar + theta_hat + xi, phi>``; no clipping.
 The agent acts greedily (random tie-breaking). A run of ``T`` episodes is one
-``lax.scan``; :func:`simulate` vmaps it over seeds.
+``lax.scan`` (:func:`run_episodes`); ``train.simulate`` vmaps and jits it over seeds.
 
 Baselines in the same framework: LSVI-UCB (ridge LS of ``r + V_{h+1}`` plus
 ``beta ||phi||_{Lambda^{-1}}``, capped at the remaining horizon), RLSVI
@@ -564,7 +564,7 @@ def rollout(env: envs_lib.Env, agent: Agent, policy: Policy, params,
   return Trajectory(phis, nexts, rewards, means, actions, states)
 
 
-def run(env: envs_lib.Env, cfg: AgentConfig, num_episodes: int,
+def run_episodes(env: envs_lib.Env, cfg: AgentConfig, num_episodes: int,
         key: Array, capacity: int | None = None) -> RunOutput:
   """One seed: ``num_episodes`` episodes as one ``lax.scan`` (pure; trace in x64).
 
@@ -617,39 +617,7 @@ def run(env: envs_lib.Env, cfg: AgentConfig, num_episodes: int,
 
 
 def env_params_for_seed(env: envs_lib.Env, seed: int):
-  """The per-seed environment parameters :func:`simulate` draws for ``seed``."""
+  """The per-seed environment parameters ``train.simulate`` draws for ``seed``."""
   with precision.enable_x64():
     k_env, _ = jax.random.split(jax.random.key(seed))
     return jax.tree.map(np.asarray, env.sample_params(k_env))
-
-
-def simulate(env: envs_lib.Env, cfg: AgentConfig, num_episodes: int,
-             seeds: Array | int, *, jit: bool = True) -> RunOutput:
-  """Runs ``num_episodes`` for each seed, vmapped into one program, in float64.
-
-  Args:
-    env: the environment.
-    cfg: agent hyperparameters.
-    num_episodes: ``T >= 1``.
-    seeds: int (number of seeds ``0..n-1``) or int array ``[n]`` of seeds.
-    jit: compile (False runs eagerly, for tests).
-
-  Returns:
-    :class:`RunOutput` with a leading ``[n]`` seed axis.
-  """
-  if not isinstance(num_episodes, int) or num_episodes < 1:
-    raise ValueError(f"num_episodes must be an int >= 1, got {num_episodes!r}")
-  validate_agent_config(cfg)
-  with precision.enable_x64():
-    if isinstance(seeds, int):
-      if seeds < 1:
-        raise ValueError(f"seeds must be >= 1, got {seeds!r}")
-      seeds = jnp.arange(seeds)
-    seeds = jnp.asarray(seeds)
-    if seeds.ndim != 1:
-      raise ValueError(f"seeds must be 1-D, got shape {seeds.shape}")
-    keys = jax.vmap(jax.random.key)(seeds)
-    fn = jax.vmap(lambda k: run(env, cfg, num_episodes, k))
-    if jit:
-      fn = jax.jit(fn)
-    return jax.tree.map(lambda x: x.block_until_ready(), fn(keys))

@@ -34,18 +34,48 @@ def agent_config(name: str, spec, **overrides) -> kernel.AgentConfig:
   return kernel.AgentConfig(**fields)
 
 
+def _seed_keys(seeds: np.ndarray | int) -> jax.Array:
+  if isinstance(seeds, int):
+    if seeds < 1:
+      raise ValueError(f"seeds must be >= 1, got {seeds!r}")
+    seeds = np.arange(seeds)
+  seeds = jnp.asarray(seeds)
+  if seeds.ndim != 1:
+    raise ValueError(f"seeds must be 1-D, got shape {seeds.shape}")
+  return jax.vmap(jax.random.key)(seeds)
+
+
 def simulate_timed(env: envs.Env, cfg: kernel.AgentConfig, num_episodes: int,
-                   seeds: np.ndarray) -> tuple[kernel.RunOutput, float, float]:
-  """Compiles and runs; returns ``(output, compile_seconds, run_seconds)``."""
+                   seeds: np.ndarray | int) -> tuple[kernel.RunOutput, float, float]:
+  """:func:`simulate`, also returning ``(compile_seconds, run_seconds)``."""
+  if not isinstance(num_episodes, int) or num_episodes < 1:
+    raise ValueError(f"num_episodes must be an int >= 1, got {num_episodes!r}")
+  kernel.validate_agent_config(cfg)
   with enable_x64():
-    keys = jax.vmap(jax.random.key)(jnp.asarray(seeds))
-    fn = jax.jit(jax.vmap(lambda k: kernel.run(env, cfg, num_episodes, k)))
+    keys = _seed_keys(seeds)
+    fn = jax.jit(jax.vmap(lambda k: kernel.run_episodes(env, cfg, num_episodes, k)))
     start = time.perf_counter()
     compiled = fn.lower(keys).compile()
     mid = time.perf_counter()
     out = jax.block_until_ready(compiled(keys))
     end = time.perf_counter()
   return out, mid - start, end - mid
+
+
+def simulate(env: envs.Env, cfg: kernel.AgentConfig, num_episodes: int,
+             seeds: np.ndarray | int) -> kernel.RunOutput:
+  """Runs ``num_episodes`` for each seed, vmapped into one compiled program, in float64.
+
+  Args:
+    env: the environment.
+    cfg: agent hyperparameters.
+    num_episodes: ``T >= 1``.
+    seeds: int (number of seeds ``0..n-1``) or int array ``[n]`` of seeds.
+
+  Returns:
+    :class:`kernel.RunOutput` with a leading ``[n]`` seed axis.
+  """
+  return simulate_timed(env, cfg, num_episodes, seeds)[0]
 
 
 def summarise(env: envs.Env, out: kernel.RunOutput, compile_s: float,

@@ -14,9 +14,11 @@ triangular back-substitutions; plus a bidiagonal-L LU for Hessenberg; matvecs fo
 search is a safeguarded Newton method warm-started at the previous step's lam, and the
 accepted try's solve is the step.
 
-Every solver is a factory ``make_*(problem, ...) -> solve(z0) -> SolveResult`` returning a
-pure, jittable function (no jit inside). Run them in float64
-(``jaxlib_papers.core.precision.enable_x64``); :func:`run` does so and jits.
+LEN and EG are :class:`~jaxlib_papers.core.contract.Solver` objects over one typed
+:class:`LoopState` (``len_solver``, ``eg_solver``), run by the shared ``contract.iterate``
+driver; the factories ``make_*(problem, ...) -> solve(z0) -> SolveResult`` wrap them into
+pure, jittable functions (no jit inside). Run them in float64
+(``jaxlib_papers.core.precision.enable_x64``); ``train.solve`` does so and jits.
 """
 
 from __future__ import annotations
@@ -28,9 +30,9 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
-import numpy as np
 from jax import lax
 
+from jaxlib_papers.core import contract
 from jaxlib_papers.minimax.problems import MinimaxProblem
 
 FACTORIZATIONS = ("schur", "hessenberg", "eig", "dense")  # and "auto", see below
@@ -438,6 +440,125 @@ def make_len(problem: MinimaxProblem, *, m: int, reg_weight: float, tol: float =
   return solve
 
 
+class LoopState(NamedTuple):
+  """State of the LEN / EG loop (d = problem.dim, T = max_iters).
+
+  Attributes:
+    t: int32 [], iterations done.
+    z: [d] z_t.
+    z_half: [d] z_{t-1/2}, the last extrapolated point (z0 before the first step).
+    fac: the factored snapshot Jacobian (LEN; an empty tuple for EG).
+    lam: [] the last accepted regularisation lam (0 = no warm start yet; EG: 0).
+    refresh_period: int32 [], m (EG: 0, never refreshed).
+    step_scale: [] M (LEN) or eta (EG).
+    weighted_sum: [d] sum_s z_{s+1/2} / gamma_s (EG: sum_s z_{s+1/2}).
+    weight: [] sum_s 1 / gamma_s (EG: the count).
+    num_jac: int32 [], #J.
+    grad_norm: [] ||F(z_{t-1/2})|| (inf before the first step).
+    grad_hist, dist_hist, gamma_hist: [T] per-iteration histories (NaN past t).
+    root_hist: int32 [T] lam-search tries per iteration (-1 past t; EG: 0).
+  """
+  t: jax.Array
+  z: jax.Array
+  z_half: jax.Array
+  fac: Any
+  lam: jax.Array
+  refresh_period: jax.Array
+  step_scale: jax.Array
+  weighted_sum: jax.Array
+  weight: jax.Array
+  num_jac: jax.Array
+  grad_norm: jax.Array
+  grad_hist: jax.Array
+  dist_hist: jax.Array
+  gamma_hist: jax.Array
+  root_hist: jax.Array
+
+
+def _initial_state(z0: jax.Array, fac: Any, refresh_period: Any, step_scale: Any,
+                   max_iters: int) -> LoopState:
+  z0 = jnp.asarray(z0)
+  _check_float64(z0)
+  dtype = z0.dtype
+  nan_hist = jnp.full((max_iters,), jnp.nan, dtype)
+  return LoopState(
+      t=jnp.zeros((), jnp.int32), z=z0, z_half=z0, fac=fac, lam=jnp.zeros((), dtype),
+      refresh_period=jnp.asarray(refresh_period, jnp.int32),
+      step_scale=jnp.asarray(step_scale, dtype), weighted_sum=jnp.zeros_like(z0),
+      weight=jnp.zeros((), dtype), num_jac=jnp.zeros((), jnp.int32),
+      grad_norm=jnp.full((), jnp.inf, dtype), grad_hist=nan_hist, dist_hist=nan_hist,
+      gamma_hist=nan_hist, root_hist=jnp.full((max_iters,), -1, jnp.int32))
+
+
+def _record(s: LoopState, problem: MinimaxProblem, z_half, grad_norm, gamma, tries
+            ) -> dict[str, jax.Array]:
+  """The history updates of iteration ``s.t`` (fields of the next LoopState)."""
+  return dict(
+      grad_norm=grad_norm, grad_hist=s.grad_hist.at[s.t].set(grad_norm),
+      dist_hist=s.dist_hist.at[s.t].set(_distance(problem, z_half)),
+      gamma_hist=s.gamma_hist.at[s.t].set(gamma), root_hist=s.root_hist.at[s.t].set(tries))
+
+
+def _output(tol: float, dim: int):
+  def output(s: LoopState) -> SolveResult:
+    # No step taken (or gamma = 0 at every step, which leaves z at z0): the average is z.
+    average = jnp.where(s.weight > 0, s.weighted_sum / jnp.where(s.weight > 0, s.weight, 1.0),
+                        s.z)
+    num_field = 2 * s.t
+    return SolveResult(
+        z_last=s.z, z_half=s.z_half, z_average=average, num_iters=s.t,
+        num_field_calls=num_field.astype(jnp.int32), num_jacobian_calls=s.num_jac,
+        oracle_cost=(num_field + dim * s.num_jac).astype(s.z.dtype),
+        converged=s.grad_norm <= tol, grad_norm=s.grad_norm,
+        grad_norm_history=s.grad_hist, dist_history=s.dist_hist,
+        gamma_history=s.gamma_hist, root_iters_history=s.root_hist)
+  return output
+
+
+def len_solver(problem: MinimaxProblem, *, tol: float = 1e-8, max_iters: int = 1000,
+               factorization: str = "schur", root_rtol: float = 1e-12,
+               root_max_tries: int = 100) -> contract.Solver:
+  """LEN as a :class:`~jaxlib_papers.core.contract.Solver` over :class:`LoopState`.
+
+  ``init_state(z0: [d], m, reg_weight)``; ``output`` is a :class:`SolveResult`. Run it with
+  ``contract.iterate(solver, z0, m, reg_weight, max_iterations=max_iters)``. Arguments as
+  in :func:`make_len`.
+  """
+  _check_common(tol, max_iters)
+  max_iters = int(max_iters)
+  ops = _ops(resolve_factorization(factorization))
+
+  def init_state(z0: jax.Array, m: Any, reg_weight: Any) -> LoopState:
+    fac_shape = jax.eval_shape(lambda z: ops.factor(problem.jacobian(z)), jnp.asarray(z0))
+    fac0 = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), fac_shape)
+    return _initial_state(z0, fac0, m, reg_weight, max_iters)
+
+  def step(s: LoopState) -> LoopState:
+    reg = s.step_scale
+    refresh = s.t % s.refresh_period == 0
+    fac = lax.cond(refresh, lambda: ops.factor(problem.jacobian(s.z)), lambda: s.fac)
+    g = problem.field(s.z)
+    g_rot = ops.rotate(fac, g)
+    lam_warm = jnp.where(s.lam > 0, s.lam, jnp.sqrt(reg * jnp.linalg.norm(g)))
+    lam, tries, solved = find_regularization(ops, fac, g_rot, reg, lam_warm,
+                                             rtol=root_rtol, max_tries=root_max_tries)
+    newton_step = ops.unrotate(fac, solved)
+    z_half = s.z - newton_step
+    gamma = reg * jnp.linalg.norm(newton_step)
+    g_half = problem.field(z_half)
+    # gamma = 0 only when F(z_t) = 0 exactly: z_t is then a saddle, so stay.
+    positive = gamma > 0
+    inv_gamma = jnp.where(positive, 1.0 / jnp.where(positive, gamma, 1.0), 0.0)
+    return s._replace(
+        t=s.t + 1, z=s.z - g_half * inv_gamma, z_half=z_half, fac=fac, lam=lam,
+        weighted_sum=s.weighted_sum + z_half * inv_gamma, weight=s.weight + inv_gamma,
+        num_jac=s.num_jac + refresh.astype(jnp.int32),
+        **_record(s, problem, z_half, jnp.linalg.norm(g_half), gamma, tries))
+
+  return contract.Solver(init_state, step, lambda s: s.grad_norm <= tol,
+                         _output(tol, problem.dim))
+
+
 def make_len_sweep(problem: MinimaxProblem, *, tol: float = 1e-8, max_iters: int = 1000,
                    factorization: str = "schur", root_rtol: float = 1e-12,
                    root_max_tries: int = 100
@@ -448,78 +569,13 @@ def make_len_sweep(problem: MinimaxProblem, *, tol: float = 1e-8, max_iters: int
   :func:`make_len`. Under ``jax.vmap`` over m the Jacobian refresh becomes a select, i.e.
   a factorization every step; loop over m instead.
   """
-  _check_common(tol, max_iters)
-  max_iters = int(max_iters)
-  ops = _ops(resolve_factorization(factorization))
-  dim = problem.dim
+  solver = len_solver(problem, tol=tol, max_iters=max_iters, factorization=factorization,
+                      root_rtol=root_rtol, root_max_tries=root_max_tries)
 
   def solve(z0: jax.Array, m: Any, reg_weight: Any) -> SolveResult:
-    z0 = jnp.asarray(z0)
-    _check_float64(z0)
-    dtype = z0.dtype
-    reg = jnp.asarray(reg_weight, dtype)
-    m = jnp.asarray(m, jnp.int32)
-    fac_shape = jax.eval_shape(lambda z: ops.factor(problem.jacobian(z)), z0)
-    fac0 = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), fac_shape)
-    nan_hist = jnp.full((max_iters,), jnp.nan, dtype)
-    init = dict(
-        t=jnp.zeros((), jnp.int32), z=z0, z_half=z0, fac=fac0,
-        lam=jnp.zeros((), dtype),  # 0 = "no warm start yet"
-        weighted_sum=jnp.zeros_like(z0), weight=jnp.zeros((), dtype),
-        num_jac=jnp.zeros((), jnp.int32), grad_norm=jnp.full((), jnp.inf, dtype),
-        grad_hist=nan_hist, dist_hist=nan_hist, gamma_hist=nan_hist,
-        root_hist=jnp.full((max_iters,), -1, jnp.int32))
-
-    def cond(s):
-      return (s["t"] < max_iters) & (s["grad_norm"] > tol)
-
-    def body(s):
-      t, z = s["t"], s["z"]
-      refresh = t % m == 0
-      fac = lax.cond(refresh, lambda: ops.factor(problem.jacobian(z)), lambda: s["fac"])
-      g = problem.field(z)
-      g_rot = ops.rotate(fac, g)
-      lam_warm = jnp.where(s["lam"] > 0, s["lam"], jnp.sqrt(reg * jnp.linalg.norm(g)))
-      lam, tries, solved = find_regularization(ops, fac, g_rot, reg, lam_warm,
-                                               rtol=root_rtol, max_tries=root_max_tries)
-      step = ops.unrotate(fac, solved)
-      z_half = z - step
-      gamma = reg * jnp.linalg.norm(step)
-      g_half = problem.field(z_half)
-      # gamma = 0 only when F(z_t) = 0 exactly: z_t is then a saddle, so stay.
-      positive = gamma > 0
-      inv_gamma = jnp.where(positive, 1.0 / jnp.where(positive, gamma, 1.0), 0.0)
-      z_next = z - g_half * inv_gamma
-      grad_norm = jnp.linalg.norm(g_half)
-      return dict(
-          t=t + 1, z=z_next, z_half=z_half, fac=fac, lam=lam,
-          weighted_sum=s["weighted_sum"] + z_half * inv_gamma,
-          weight=s["weight"] + inv_gamma,
-          num_jac=s["num_jac"] + refresh.astype(jnp.int32),
-          grad_norm=grad_norm,
-          grad_hist=s["grad_hist"].at[t].set(grad_norm),
-          dist_hist=s["dist_hist"].at[t].set(_distance(problem, z_half)),
-          gamma_hist=s["gamma_hist"].at[t].set(gamma),
-          root_hist=s["root_hist"].at[t].set(tries))
-
-    s = lax.while_loop(cond, body, init)
-    return _result(s, dim, tol, z0, num_field=2 * s["t"])
+    return contract.iterate(solver, z0, m, reg_weight, max_iterations=int(max_iters)).output
 
   return solve
-
-
-def _result(s, dim, tol, z0, num_field):
-  weight = s["weight"]
-  average = jnp.where(weight > 0, s["weighted_sum"] / jnp.where(weight > 0, weight, 1.0),
-                      z0)
-  num_jac = s["num_jac"]
-  return SolveResult(
-      z_last=s["z"], z_half=s["z_half"], z_average=average, num_iters=s["t"],
-      num_field_calls=num_field.astype(jnp.int32), num_jacobian_calls=num_jac,
-      oracle_cost=(num_field + dim * num_jac).astype(z0.dtype),
-      converged=s["grad_norm"] <= tol, grad_norm=s["grad_norm"],
-      grad_norm_history=s["grad_hist"], dist_history=s["dist_hist"],
-      gamma_history=s["gamma_hist"], root_iters_history=s["root_hist"])
 
 
 def make_eg2(problem: MinimaxProblem, *, reg_weight: float, **kwargs
@@ -529,6 +585,27 @@ def make_eg2(problem: MinimaxProblem, *, reg_weight: float, **kwargs
 
 
 # --------------------------------------------------------------------------- EG
+
+
+def eg_solver(problem: MinimaxProblem, *, tol: float = 1e-8, max_iters: int = 100_000
+              ) -> contract.Solver:
+  """Extragradient as a :class:`~jaxlib_papers.core.contract.Solver`: ``init_state(z0, eta)``."""
+  _check_common(tol, max_iters)
+  max_iters = int(max_iters)
+
+  def init_state(z0: jax.Array, eta: Any) -> LoopState:
+    return _initial_state(z0, (), 0, eta, max_iters)
+
+  def step(s: LoopState) -> LoopState:
+    z_half = s.z - s.step_scale * problem.field(s.z)
+    g_half = problem.field(z_half)
+    return s._replace(
+        t=s.t + 1, z=s.z - s.step_scale * g_half, z_half=z_half,
+        weighted_sum=s.weighted_sum + z_half, weight=s.weight + 1.0,
+        **_record(s, problem, z_half, jnp.linalg.norm(g_half), 1.0 / s.step_scale, 0))
+
+  return contract.Solver(init_state, step, lambda s: s.grad_norm <= tol,
+                         _output(tol, problem.dim))
 
 
 def make_eg(problem: MinimaxProblem, *, eta: float, tol: float = 1e-8,
@@ -547,40 +624,10 @@ def make_eg(problem: MinimaxProblem, *, eta: float, tol: float = 1e-8,
   """
   if not eta > 0:
     raise ValueError(f"eta must be > 0, got {eta}")
-  _check_common(tol, max_iters)
-  max_iters = int(max_iters)
+  solver = eg_solver(problem, tol=tol, max_iters=max_iters)
 
   def solve(z0: jax.Array) -> SolveResult:
-    z0 = jnp.asarray(z0)
-    _check_float64(z0)
-    dtype = z0.dtype
-    step_size = jnp.asarray(eta, dtype)
-    nan_hist = jnp.full((max_iters,), jnp.nan, dtype)
-    init = dict(
-        t=jnp.zeros((), jnp.int32), z=z0, z_half=z0, weighted_sum=jnp.zeros_like(z0),
-        weight=jnp.zeros((), dtype), num_jac=jnp.zeros((), jnp.int32),
-        grad_norm=jnp.full((), jnp.inf, dtype), grad_hist=nan_hist, dist_hist=nan_hist,
-        gamma_hist=nan_hist, root_hist=jnp.full((max_iters,), -1, jnp.int32))
-
-    def cond(s):
-      return (s["t"] < max_iters) & (s["grad_norm"] > tol)
-
-    def body(s):
-      t, z = s["t"], s["z"]
-      z_half = z - step_size * problem.field(z)
-      g_half = problem.field(z_half)
-      grad_norm = jnp.linalg.norm(g_half)
-      return dict(
-          t=t + 1, z=z - step_size * g_half, z_half=z_half,
-          weighted_sum=s["weighted_sum"] + z_half, weight=s["weight"] + 1.0,
-          num_jac=s["num_jac"], grad_norm=grad_norm,
-          grad_hist=s["grad_hist"].at[t].set(grad_norm),
-          dist_hist=s["dist_hist"].at[t].set(_distance(problem, z_half)),
-          gamma_hist=s["gamma_hist"].at[t].set(1.0 / step_size),
-          root_hist=s["root_hist"].at[t].set(0))
-
-    s = lax.while_loop(cond, body, init)
-    return _result(s, problem.dim, tol, z0, num_field=2 * s["t"])
+    return contract.iterate(solver, z0, eta, max_iterations=int(max_iters)).output
 
   return solve
 
@@ -681,7 +728,7 @@ def make_len_restart(problem: MinimaxProblem, *, m: int, reg_weight: float,
 
 
 def make_solver(problem: MinimaxProblem, method: str, **kwargs
-                ) -> Callable[[jax.Array], SolveResult]:
+                ) -> Callable[[jax.Array], SolveResult | RestartResult]:
   """``make_len`` / ``make_eg2`` / ``make_eg`` / ``make_len_restart`` by name."""
   if method == "len":
     return make_len(problem, **kwargs)
@@ -692,29 +739,3 @@ def make_solver(problem: MinimaxProblem, method: str, **kwargs
   if method == "len_restart":
     return make_len_restart(problem, **kwargs)
   raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-
-
-def run(problem: MinimaxProblem, method: str, z0: Any = None, **kwargs) -> SolveResult:
-  """Validates z0, then jits and runs one solver in float64.
-
-  Args:
-    problem: the oracles.
-    method: "len" | "eg2" | "eg" | "len_restart".
-    z0: [d] start (default zeros), finite.
-    **kwargs: the solver's arguments (see the make_* functions).
-
-  Returns:
-    The solver's result, as NumPy-backed jax arrays (float64).
-  """
-  from jaxlib_papers.core.precision import enable_x64
-
-  with enable_x64():
-    if z0 is None:
-      z0 = np.zeros(problem.dim)
-    z0 = np.asarray(z0, dtype=np.float64)
-    if z0.shape != (problem.dim,):
-      raise ValueError(f"z0 must have shape ({problem.dim},), got {z0.shape}")
-    if not np.all(np.isfinite(z0)):
-      raise ValueError("z0 contains NaN or Inf")
-    solve = make_solver(problem, method, **kwargs)
-    return jax.block_until_ready(jax.jit(solve)(jnp.asarray(z0)))

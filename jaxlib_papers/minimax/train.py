@@ -39,6 +39,33 @@ def build_problem(config) -> tuple[problems.MinimaxProblem, str]:
       f"config.problem.kind must be 'cubic_bilinear' or 'fairness', got {spec.kind!r}")
 
 
+def solve(problem: problems.MinimaxProblem, method: str, z0: Any = None, **kwargs
+          ) -> kernel.SolveResult | kernel.RestartResult:
+  """Validates z0, then jits and runs one solver in float64.
+
+  Args:
+    problem: the oracles.
+    method: "len" | "eg2" | "eg" | "len_restart".
+    z0: [d] start (default zeros), finite.
+    **kwargs: the solver's arguments (see the ``kernel.make_*`` functions).
+
+  Returns:
+    The solver's result (float64 arrays).
+
+  Raises:
+    ValueError: z0 of the wrong shape or not finite, or bad solver arguments.
+  """
+  with enable_x64():
+    z0 = np.zeros(problem.dim) if z0 is None else z0
+    z0 = np.asarray(z0, dtype=np.float64)
+    if z0.shape != (problem.dim,):
+      raise ValueError(f"z0 must have shape ({problem.dim},), got {z0.shape}")
+    if not np.all(np.isfinite(z0)):
+      raise ValueError("z0 contains NaN or Inf")
+    program = kernel.make_solver(problem, method, **kwargs)
+    return jax.block_until_ready(jax.jit(program)(jnp.asarray(z0)))
+
+
 def method_label(kind: str, value: float) -> str:
   if kind == "eg":
     return f"EG(eta={value:g})"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jaxlib_papers.core.precision import enable_x64
-from jaxlib_papers.linear_rl import envs, kernel
+from jaxlib_papers.linear_rl import envs, kernel, train
 
 
 @pytest.fixture(autouse=True)
@@ -142,7 +142,7 @@ def deep_sea_program():
   with enable_x64():
     env = envs.deep_sea(5)
     cfg = kernel.AgentConfig()
-    program = jax.jit(jax.vmap(lambda k: kernel.run(env, cfg, 60, k)))
+    program = jax.jit(jax.vmap(lambda k: kernel.run_episodes(env, cfg, 60, k)))
     keys = jax.vmap(jax.random.key)(jnp.arange(2))
     return env, program, keys
 
@@ -227,7 +227,7 @@ def test_bad_input_raises():
   with pytest.raises(ValueError, match="finite action set"):
     kernel.make_agent(envs.lqr(), kernel.AgentConfig(name="lsvi_ucb"))
   with pytest.raises(ValueError, match="num_episodes"):
-    kernel.simulate(env, kernel.AgentConfig(), 0, 1)
+    train.simulate(env, kernel.AgentConfig(), 0, 1)
   with pytest.raises(ValueError, match="size"):
     envs.deep_sea(1)
   with pytest.raises(ValueError, match="env name"):

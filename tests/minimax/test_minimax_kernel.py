@@ -10,7 +10,7 @@ import scipy.optimize
 
 from jaxlib_papers.core.precision import enable_x64
 from jaxlib_papers.minimax import data as mm_data
-from jaxlib_papers.minimax import kernel, problems
+from jaxlib_papers.minimax import kernel, problems, train
 
 
 @pytest.fixture(autouse=True)
@@ -192,7 +192,7 @@ def test_len_restart_contracts_on_scsc_quadratic():
 
 
 def test_eg_reaches_tolerance_and_counts(cubic):
-  out = kernel.run(cubic, "eg", eta=0.5, tol=1e-6, max_iters=20000)
+  out = train.solve(cubic, "eg", eta=0.5, tol=1e-6, max_iters=20000)
   assert bool(out.converged)
   assert int(out.num_jacobian_calls) == 0
   assert int(out.num_field_calls) == 2 * int(out.num_iters)
@@ -225,9 +225,9 @@ def test_bad_inputs_raise_clear_errors(cubic, tmp_path):
   with pytest.raises(ValueError, match="eta"):
     kernel.make_eg(cubic, eta=0.0)
   with pytest.raises(ValueError, match="z0 must have shape"):
-    kernel.run(cubic, "eg", z0=np.zeros(3), eta=0.1)
+    train.solve(cubic, "eg", z0=np.zeros(3), eta=0.1)
   with pytest.raises(ValueError, match="NaN"):
-    kernel.run(cubic, "eg", z0=np.full(16, np.nan), eta=0.1)
+    train.solve(cubic, "eg", z0=np.full(16, np.nan), eta=0.1)
   with pytest.raises(ValueError, match="method"):
     kernel.make_solver(cubic, "newton")
   with pytest.raises(ValueError, match="float64"):
