@@ -6,7 +6,8 @@ At ``cpu``:
    NumPy seed 42 + ctx.seed), z0 = 0, tol 1e-8, M = (16/3) rho m: iteration counts of EG-2
    (26), LEN m=10 (74), m=100 (237) and EG eta=0.5 (7,781) within 10% of the official
    code's; #J = ceil(iterations / m); LEN(m=10) oracle cost <= EG-2's / 2.5 and <=
-   EG(eta=0.1)'s / 20; wall time beside the official NumPy figures (0.80 s, 2.14 s).
+   EG(eta=0.1)'s / 20. Seconds are no claim here: speed is measured side by side with the
+   official code in ``benchmarks/minimax.py`` (a ratio from one run, never a stored figure).
 2. The n = 250 and n = 500 rows of the sweep: EG-2 and LEN (m = 10, 100) converge, LEN's
    best oracle cost below EG-2's, #J = ceil(it/m); seconds reported (tuned EG too at 250).
 3. Fairness-aware logistic regression on heart (shared file; generated stand-in otherwise):
@@ -28,7 +29,6 @@ from jaxlib_papers.minimax import train
 from jaxlib_papers.minimax.configs import default as default_config
 
 OFFICIAL_ITERS = {"EG-2": 26, "LEN(m=10)": 74, "LEN(m=100)": 237, "EG(eta=0.5)": 7781}
-OFFICIAL_SECONDS = {"LEN(m=10)": 0.80, "EG-2": 2.14}
 
 
 def _config(n: int, len_ms, eg_etas, seed: int, factorization: str = "auto",
@@ -130,19 +130,6 @@ def check(ctx: Context) -> list[Claim]:
       f"({eg_slow['oracle_cost'] / lazy['oracle_cost']:.1f}x, EG converged="
       f"{eg_slow['converged']})",
       lazy["converged"] and lazy["oracle_cost"] <= eg_slow["oracle_cost"] / 20))
-  if not smoke:
-    for label, official in OFFICIAL_SECONDS.items():
-      ours = methods[label]["run_seconds"]
-      claims.append(Claim(
-          f"{prefix} {label} seconds to 1e-8 (after compile) below the official NumPy's",
-          f"{official:.2f} s", f"{ours:.3f} s ({official / ours:.1f}x; compile "
-          f"{methods[label]['compile_seconds']:.1f} s)", ours < official))
-    tuned = methods["EG(eta=0.5)"]
-    claims.append(Claim(
-        f"{prefix} (honest) tuned EG(eta=0.5) vs LEN(m=10): seconds", "-",
-        f"EG {tuned['run_seconds']:.3f} s (cost {tuned['oracle_cost']:.0f}) vs LEN "
-        f"{lazy['run_seconds']:.3f} s (cost {lazy['oracle_cost']:.0f})",
-        True))
 
   # 2. The n = 250 and n = 500 rows (cpu only).
   if not smoke:
