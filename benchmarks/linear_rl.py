@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
+from jaxlib_papers.core import timing  # noqa: E402
 from jaxlib_papers.core.precision import enable_x64  # noqa: E402
 from jaxlib_papers.linear_rl import envs, kernel  # noqa: E402
 
@@ -31,16 +30,9 @@ TARGET_SECONDS = 30.0  # issue: N = 20, T = 1000, 10 seeds on 2 CPU cores
 def bench(env, cfg, episodes, num_seeds, repeats):
   with enable_x64():
     keys = jax.vmap(jax.random.key)(jnp.arange(num_seeds))
-    fn = jax.jit(jax.vmap(lambda k: kernel.run_episodes(env, cfg, episodes, k)))
-    start = time.perf_counter()
-    compiled = fn.lower(keys).compile()
-    compile_s = time.perf_counter() - start
-    times = []
-    for _ in range(repeats):
-      start = time.perf_counter()
-      jax.block_until_ready(compiled(keys))
-      times.append(time.perf_counter() - start)
-  return compile_s, statistics.median(times)
+    timed = timing.compile_and_time(
+        jax.vmap(lambda k: kernel.run_episodes(env, cfg, episodes, k)), keys, repeats=repeats)
+  return timed.compile_seconds, timed.median
 
 
 def main():

@@ -11,7 +11,6 @@ prediction gap, LQR gains against Riccati, timings) goes to
 from __future__ import annotations
 
 import pathlib
-import time
 from typing import Any
 
 import jax
@@ -19,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlib_papers.core import config as config_lib
-from jaxlib_papers.core import writers
+from jaxlib_papers.core import timing, writers
 from jaxlib_papers.core.precision import enable_x64
 from jaxlib_papers.linear_rl import envs, kernel
 
@@ -53,13 +52,9 @@ def simulate_timed(env: envs.Env, cfg: kernel.AgentConfig, num_episodes: int,
   kernel.validate_agent_config(cfg)
   with enable_x64():
     keys = _seed_keys(seeds)
-    fn = jax.jit(jax.vmap(lambda k: kernel.run_episodes(env, cfg, num_episodes, k)))
-    start = time.perf_counter()
-    compiled = fn.lower(keys).compile()
-    mid = time.perf_counter()
-    out = jax.block_until_ready(compiled(keys))
-    end = time.perf_counter()
-  return out, mid - start, end - mid
+    timed = timing.compile_and_time(
+        jax.vmap(lambda k: kernel.run_episodes(env, cfg, num_episodes, k)), keys)
+  return timed.output, timed.compile_seconds, timed.run_seconds[0]
 
 
 def simulate(env: envs.Env, cfg: kernel.AgentConfig, num_episodes: int,

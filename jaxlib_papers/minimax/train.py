@@ -8,14 +8,13 @@ compile and run seconds, and the ||F|| history; ``<workdir>/results.json`` gets 
 from __future__ import annotations
 
 import pathlib
-import time
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxlib_papers.core import writers
+from jaxlib_papers.core import timing, writers
 from jaxlib_papers.core.precision import enable_x64
 from jaxlib_papers.minimax import data as data_lib
 from jaxlib_papers.minimax import kernel, problems
@@ -116,9 +115,8 @@ def compile_len_program(problem, config):
       factorization=resolve_factorization(config), root_rtol=solve_cfg.root_rtol)
   with enable_x64():
     z0 = jnp.zeros(problem.dim, jnp.float64)
-    start = time.perf_counter()
-    compiled = jax.jit(program).lower(z0, jnp.int32(1), jnp.float64(1.0)).compile()
-    return compiled, time.perf_counter() - start
+    timed = timing.compile_and_time(program, z0, jnp.int32(1), jnp.float64(1.0), repeats=0)
+    return timed.compiled, timed.compile_seconds
 
 
 def solve_one(problem: problems.MinimaxProblem, kind: str, value: float, config,
@@ -159,14 +157,9 @@ def solve_one(problem: problems.MinimaxProblem, kind: str, value: float, config,
     else:
       raise ValueError(f"kind must be 'eg' or 'len', got {kind!r}")
     if kind == "eg" or compiled_len is None:
-      start = time.perf_counter()
-      solve = jax.jit(solve).lower(*args).compile()
-      compile_s = time.perf_counter() - start
-    times = []
-    for _ in range(max(1, repeats)):
-      start = time.perf_counter()
-      result = jax.block_until_ready(solve(*args))
-      times.append(time.perf_counter() - start)
+      timed = timing.compile_and_time(solve, *args, repeats=0)
+      solve, compile_s = timed.compiled, timed.compile_seconds
+    times, result = timing.time_calls(solve, *args, repeats=max(1, repeats))
     return result, _summarise(result, compile_s, times)
 
 

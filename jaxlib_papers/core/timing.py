@@ -1,0 +1,64 @@
+"""Compile-vs-run timing, one way for every train module and benchmark.
+
+Compilation dominates small CPU runs, so every reported time keeps the two apart:
+:func:`compile_and_time` lowers and compiles once, then times ``repeats`` calls of the
+compiled program (each waited for with ``block_until_ready``).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+
+
+class Timing(NamedTuple):
+  compiled: Callable[..., Any]   # the compiled program (call it with the same arguments)
+  compile_seconds: float         # lower + compile
+  run_seconds: list[float]       # one entry per timed call
+  output: Any                    # the last call's output
+
+  @property
+  def median(self) -> float:
+    return statistics.median(self.run_seconds)
+
+  @property
+  def min(self) -> float:
+    return min(self.run_seconds)
+
+
+def time_calls(compiled: Callable[..., Any], *args: Any, repeats: int = 1
+               ) -> tuple[list[float], Any]:
+  """Seconds of ``repeats`` calls ``compiled(*args)``, and the last output."""
+  if int(repeats) < 1:
+    raise ValueError(f"repeats must be >= 1; got {repeats}")
+  seconds, output = [], None
+  for _ in range(int(repeats)):
+    start = time.perf_counter()
+    output = jax.block_until_ready(compiled(*args))
+    seconds.append(time.perf_counter() - start)
+  return seconds, output
+
+
+def compile_and_time(fn: Callable[..., Any], *args: Any, repeats: int = 1) -> Timing:
+  """Compiles ``fn`` (jitted here unless it already is) for ``args``, then times it.
+
+  Args:
+    fn: a function or a ``jax.jit`` object.
+    *args: the arguments (arrays, or pytrees of them).
+    repeats: timed calls after compilation (>= 1; 0 only compiles).
+
+  Returns:
+    A :class:`Timing`.
+  """
+  jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
+  start = time.perf_counter()
+  compiled = jitted.lower(*args).compile()
+  compile_seconds = time.perf_counter() - start
+  if int(repeats) == 0:
+    return Timing(compiled, compile_seconds, [], None)
+  seconds, output = time_calls(compiled, *args, repeats=repeats)
+  return Timing(compiled, compile_seconds, seconds, output)

@@ -1,0 +1,21 @@
+"""core.timing: compile once, then time the compiled program; outputs are the program's."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxlib_papers.core import timing
+
+
+def test_compile_and_time_returns_the_programs_output_and_one_time_per_call():
+  x = jnp.arange(6.0).reshape(2, 3)
+  timed = timing.compile_and_time(lambda a, b: (a * b).sum(0), x, 2.0, repeats=3)
+  np.testing.assert_array_equal(timed.output, [6.0, 10.0, 14.0])
+  assert len(timed.run_seconds) == 3 and timed.min <= timed.median
+  assert timed.compile_seconds > 0
+  np.testing.assert_array_equal(timed.compiled(x, 2.0), timed.output)
+  only_compiled = timing.compile_and_time(jax.jit(jnp.sin), x, repeats=0)
+  assert only_compiled.run_seconds == [] and only_compiled.output is None
+  with pytest.raises(ValueError, match="repeats"):
+    timing.time_calls(only_compiled.compiled, x, repeats=0)
