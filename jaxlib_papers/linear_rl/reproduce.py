@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxlib_papers.core import figures
 from jaxlib_papers.core.reproduce import Claim, Context, register
 from jaxlib_papers.linear_rl import train
 from jaxlib_papers.linear_rl.configs import default as default_config
@@ -49,28 +50,24 @@ def _loglog_slope(cumulative: np.ndarray, lo: int, hi: int) -> float:
   return float(np.polyfit(np.log(t), np.log(cumulative[t - 1]), 1)[0])
 
 
-def _plot(ctx: Context, name: str, curves: dict[str, np.ndarray],
-          title: str) -> None:
-  try:
-    import matplotlib  # pylint: disable=g-import-not-at-top
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  except ImportError:  # pragma: no cover
-    return
-  fig, ax = plt.subplots(figsize=(5, 3.5))
+def regret_figure(curves: dict[str, np.ndarray], title: str):
+  """Cumulative regret, seed mean with min-max band: a ``matplotlib`` Figure.
+
+  Args:
+    curves: ``{agent label: per-episode regret [seeds, T]}``.
+    title: the panel's title.
+  """
+  fig, ax = figures.new_figure(size=(5, 3.5))
   for label, regret in curves.items():
     cum = np.cumsum(regret, axis=1)
-    mean = cum.mean(0)
     t = np.arange(1, cum.shape[1] + 1)
-    ax.plot(t, mean, label=label)
+    ax.plot(t, cum.mean(0), label=label)
     ax.fill_between(t, cum.min(0), cum.max(0), alpha=0.2)
   ax.set_xlabel("episode")
   ax.set_ylabel("cumulative regret")
   ax.set_title(title)
   ax.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(ctx.report_dir / f"linear_rl_{name}.png", dpi=100)
-  plt.close(fig)
+  return fig
 
 
 @register("linear_rl")
@@ -138,9 +135,9 @@ def check(ctx: Context) -> list[Claim]:
               "phi_h> (Lemma 2), max gap <= 1e-9",
         paper="equality", ours=f"{gap:.2e}",
         holds=gap is not None and gap <= 1e-9))
-    _plot(ctx, f"deep_sea_{size}",
-          {k: np.asarray(v["regret"]) for k, v in res.items()},
-          f"DeepSea N={size}")
+    figures.save(regret_figure({k: np.asarray(v["regret"]) for k, v in res.items()},
+                               f"DeepSea N={size}"),
+                 ctx.report_dir / f"linear_rl_deep_sea_{size}.png", dpi=100)
 
   # --- Linear system with a large finite action set -------------------------
   config = _config(ctx.preset, "linear_system", **{
@@ -172,9 +169,9 @@ def check(ctx: Context) -> list[Claim]:
       ours=f"ratio {ratio:.2f} ({cums[f'nullspace(K={k_hi})']:.1f} / "
            f"{cums[f'nullspace(K={k_lo})']:.1f})",
       holds=ratio <= 1.5))
-  _plot(ctx, "linear_system",
-        {k: np.asarray(v["regret"]) for k, v in res.items()},
-        "linear system, large action sets")
+  figures.save(regret_figure({k: np.asarray(v["regret"]) for k, v in res.items()},
+                             "linear system, large action sets"),
+               ctx.report_dir / "linear_rl_linear_system.png", dpi=100)
 
   # --- LQR ----------------------------------------------------------------------
   config = _config(ctx.preset, "lqr", **{

@@ -24,6 +24,7 @@ import math
 
 import ml_collections
 
+from jaxlib_papers.core import figures
 from jaxlib_papers.core.reproduce import Claim, Context, register
 from jaxlib_papers.minimax import train
 from jaxlib_papers.minimax.configs import default as default_config
@@ -65,12 +66,13 @@ def _jacobian_claims(methods: dict, prefix: str) -> list[Claim]:
   return out
 
 
-def _plot(results_by_n: dict, path) -> None:
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, axes = plt.subplots(1, len(results_by_n), figsize=(4.5 * len(results_by_n), 3.4),
-                           squeeze=False)
+def convergence_figure(results_by_n: dict):
+  """||F|| against oracle cost, one panel per problem size: a ``matplotlib`` Figure.
+
+  Args:
+    results_by_n: ``{title: train.run(...) results}``.
+  """
+  fig, axes = figures.new_figure(1, len(results_by_n), size=(4.5, 3.4), squeeze=False)
   for ax, (title, results) in zip(axes[0], results_by_n.items()):
     for label, s in results["methods"].items():
       hist = s["grad_norm_history"]
@@ -89,9 +91,7 @@ def _plot(results_by_n: dict, path) -> None:
     ax.set_ylabel("||F(z_{t+1/2})||")
     ax.set_title(title)
     ax.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(path, dpi=90)
-  plt.close(fig)
+  return fig
 
 
 @register("minimax")
@@ -174,6 +174,6 @@ def check(ctx: Context) -> list[Claim]:
       and lazy["oracle_cost"] < eg["oracle_cost"],
       data=data_tag))
 
-  _plot(plotted, ctx.report_dir / "minimax_grad_norm.png")
+  figures.save(convergence_figure(plotted), ctx.report_dir / "minimax_grad_norm.png")
   (ctx.report_dir / "minimax.json").write_text(json.dumps(report, indent=1))
   return claims
