@@ -172,7 +172,7 @@ def check(ctx: Context) -> list[Claim]:
   res_fair = _run(fair_config, "fairness", report)
   plotted[f"fairness ({res_fair['data'].split('/')[-1]})"] = res_fair
   fair = res_fair["methods"]
-  data_tag = ("shared: len/heart_scale" if res_fair["data"].startswith("shared")
+  data_tag = (ctx.data_label("len/heart_scale") if res_fair["data"].startswith("shared")
               else "generated")
   lazy, eg2, eg = fair["LEN(m=10)"], fair["EG-2"], fair["EG(eta=0.1)"]
   claims.append(Claim(
