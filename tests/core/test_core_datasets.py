@@ -315,7 +315,7 @@ def test_official_pt_equals_the_converted_npy(task):
 
 # --- no path of one particular machine in the repository -----------------------------------
 
-# "shared/data" may be named only where CI's layout is wired in.
+# CI's data layout (the shared folder beside the checkout) may be named only where CI is wired.
 CI_WIRING = {".ci/run", "tests/conftest.py"}
 
 
