@@ -48,7 +48,7 @@ class Context:
   report_dir: pathlib.Path
   data_dir: pathlib.Path | None = None
   seed: int = 0
-  _data: dict = dataclasses.field(default_factory=dict, repr=False)
+  _data: dict = dataclasses.field(default_factory=dict, init=False, repr=False)
 
   def __post_init__(self):
     config_lib.check_preset(self.preset)
