@@ -1,7 +1,6 @@
 r"""Wall time of DeepRUOT stages 1-2 on the gene data: 1 seed vs N seeds in one program.
 
-  OPENBLAS_NUM_THREADS=1 python benchmarks/ruot.py --seeds=1,8 --repeats=3 \
-      --data=/work/shared/data/ruot/simulation_gene_data.csv
+  OPENBLAS_NUM_THREADS=1 python benchmarks/ruot.py --seeds=1,8 --repeats=3
 
 Stages 1-2 are 50 + 30 passes over the 4 intervals (400 particles, Euler dt 0.01). We
 compile once, time ``--passes_per_call`` passes per call ``--repeats`` times, and report
@@ -18,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlib_papers.core import datasets
 from jaxlib_papers.ruot import data as data_lib
 from jaxlib_papers.ruot import kernel as K
 from jaxlib_papers.ruot.models import make_networks
@@ -51,18 +51,21 @@ def time_seeds(snaps, num_seeds: int, passes_per_call: int, repeats: int, ot_met
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--data", default="/work/shared/data/ruot/simulation_gene_data.csv")
+  parser.add_argument("--data", default="",
+                      help="gene CSV (default: the official file via core.datasets.fetch)")
   parser.add_argument("--seeds", default="1,8")
   parser.add_argument("--passes_per_call", type=int, default=2)
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--ot", default="exact", choices=("exact", "sinkhorn"))
   args = parser.parse_args()
   try:
-    snaps = data_lib.load_csv(args.data)
-    source = args.data
-  except FileNotFoundError:
+    path = args.data or datasets.fetch("ruot/simulation_gene_data.csv")
+    snaps = data_lib.load_csv(path)
+    source = str(path)
+  except datasets.DataUnavailable as e:
+    print(f"[data] {e}")
     snaps = data_lib.simulate_gene_network()
-    source = "simulator (shared CSV absent)"
+    source = "simulator (official CSV not available)"
   print(f"data: {source}; counts {snaps.counts.tolist()}; backend {jax.default_backend()}")
   base = None
   for num_seeds in (int(s) for s in args.seeds.split(",")):

@@ -26,6 +26,16 @@
 # off (DSBM-like baseline) in the very same compiled program.
 
 # %%
+# On Colab: install the suite (a no-op in a checkout, in CI, or where it is installed).
+import importlib.util
+import subprocess
+import sys
+
+REPO_URL = "https://github.com/jaxlib-papers/jaxlib-papers"  # a fork changes only this
+if importlib.util.find_spec("jaxlib_papers") is None:
+  subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"git+{REPO_URL}"], check=True)
+
+# %%
 import os
 
 import jax
@@ -43,8 +53,10 @@ print(f"preset {PRESET}: {config.loop.num_steps} alternations, B={config.batch_s
 # %% [markdown]
 # ## Train FSBM (tau = 100) and the unguided baseline (tau = 0)
 # The embedded keypoints are generated (exact-OT endpoint pairs joined by an analytic
-# path around the obstacles); set `config.keypoints_path` to the official
-# `kp_traj_stunnel.npy` to use those instead.
+# path around the obstacles); to use FSBM's official ones instead (fetched from the
+# official repository, checked by sha256, read without PyTorch), set
+# `config.keypoints_path = str(datasets.fetch("fsbm/kp_traj_stunnel.pt"))` with
+# `from jaxlib_papers.core import datasets`.
 
 # %%
 fsbm, base = train.run_in_memory(config, (config.tau, 0.0), verbose=False)

@@ -29,6 +29,16 @@
 # saddle is known.
 
 # %%
+# On Colab: install the suite (a no-op in a checkout, in CI, or where it is installed).
+import importlib.util
+import subprocess
+import sys
+
+REPO_URL = "https://github.com/jaxlib-papers/jaxlib-papers"  # a fork changes only this
+if importlib.util.find_spec("jaxlib_papers") is None:
+  subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"git+{REPO_URL}"], check=True)
+
+# %%
 import os
 
 import matplotlib.pyplot as plt

@@ -25,6 +25,16 @@
 # DDPM's fixed beta~ and beta, Analytic-DPM (a scalar per t), SN-DPM, NPR-DPM and OCM.
 
 # %%
+# On Colab: install the suite (a no-op in a checkout, in CI, or where it is installed).
+import importlib.util
+import subprocess
+import sys
+
+REPO_URL = "https://github.com/jaxlib-papers/jaxlib-papers"  # a fork changes only this
+if importlib.util.find_spec("jaxlib_papers") is None:
+  subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"git+{REPO_URL}"], check=True)
+
+# %%
 import os
 
 import jax.numpy as jnp

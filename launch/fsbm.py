@@ -2,7 +2,8 @@ r"""Trains FSBM (alternating CondSOC R-steps and bridge-matching M-steps) and ev
 
   python -m launch.fsbm --config=jaxlib_papers/fsbm/configs/default.py:cpu --workdir=runs/fsbm
   python -m launch.fsbm --config=jaxlib_papers/fsbm/configs/default.py:vneck,cpu \
-      --config.keypoints_path=../shared/data/fsbm/kp_traj_vneck.npy --workdir=runs/fsbm_vn
+      --config.keypoints_path=$(python -m jaxlib_papers.core.datasets fsbm/kp_traj_vneck.pt) \
+      --workdir=runs/fsbm_vn
   python -m launch.fsbm --config=jaxlib_papers/fsbm/configs/default.py:opinion,cpu \
       --workdir=runs/fsbm_op   # D = 100, polarising mean-field drift, generated keypoints
   python -m launch.fsbm --config=...:cpu --config.tau=0      # unguided (DSBM-like) baseline

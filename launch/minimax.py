@@ -2,7 +2,8 @@ r"""Runs LEN, EG-2 and EG on the synthetic saddle or the fairness problem.
 
   python -m launch.minimax --config=jaxlib_papers/minimax/configs/default.py:cpu
   python -m launch.minimax --config=jaxlib_papers/minimax/configs/default.py:cpu \
-      --config.problem.kind=fairness --config.problem.data_file=../shared/data/len/heart_scale
+      --config.problem.kind=fairness \
+      --config.problem.data_file=$(python -m jaxlib_papers.core.datasets len/heart_scale)
   python -m launch.minimax --config=jaxlib_papers/minimax/configs/default.py:full
 
 Results (iterations, oracle costs, seconds, ||F|| histories) land in

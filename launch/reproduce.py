@@ -4,15 +4,20 @@ r"""Runs every registered reproduction check and writes a report.
   python -m launch.reproduce --only=core,minimax --preset=smoke
 
 Prints a table (check, claim, paper, ours, holds, seconds) and writes
-``<report_dir>/report.md`` (+ ``report.json`` and the checks' PNG plots). Data files are
-read from ``--data_dir`` (default ``../shared/data`` when it exists); a check whose file is
-missing falls back to generated data, and the table's data column says which was used.
+``<report_dir>/report.md`` (+ ``report.json`` and the checks' PNG plots). The official data
+files come from ``jaxlib_papers.core.datasets``: ``--data_dir`` (default
+``$JAXLIB_PAPERS_DATA_DIR``) wins, then the cache (``$JAXLIB_PAPERS_DATA``, default
+``~/.cache/jaxlib_papers/data``), then a download from the pinned upstream commit, checked by
+sha256. A file that cannot be fetched (offline) is named on one line and its check falls back
+to generated data; the table's data column says which was used ("shared: <file>",
+"fetched: <file>", "generated (offline: <file>)" or "generated").
 Exits 0 even when a claim does not hold (that is a result); exits 1 when a check crashes.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import sys
 import time
@@ -25,17 +30,20 @@ from launch import common
 _PRESET = flags.DEFINE_enum("preset", "cpu", ["smoke", "cpu", "full"], "Size of the runs.")
 _ONLY = flags.DEFINE_list("only", [], "Checks to run (default: all registered).")
 _DATA_DIR = flags.DEFINE_string(
-    "data_dir", None, "Folder of the shared data files (default ../shared/data if present).")
+    "data_dir", None, "Local folder of the official data files, laid out like "
+    "<data_dir>/ruot/emt.csv (default $JAXLIB_PAPERS_DATA_DIR); missing files are fetched.")
 _REPORT_DIR = flags.DEFINE_string("report_dir", "reports/reproduce", "Where to write the report.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of every check.")
 
 
-def default_data_dir() -> pathlib.Path | None:
-  for candidate in (pathlib.Path("../shared/data"),
-                    pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"):
-    if candidate.is_dir():
-      return candidate.resolve()
-  return None
+def data_summary(data_dir: pathlib.Path | None) -> str:
+  """Where data files come from, in one line (for the log and the report)."""
+  from jaxlib_papers.core import datasets  # pylint: disable=g-import-not-at-top
+  source = ("off" if datasets.offline()
+            else datasets.url("<file>") if os.environ.get(datasets.ENV_URL)
+            else "pinned upstream commits")
+  return (f"local folder {data_dir or 'none'}, cache {datasets.cache_dir()}, "
+          f"downloads: {source}")
 
 
 def _cell(text: str) -> str:
@@ -51,11 +59,12 @@ def run(preset: str = "cpu", only: list[str] | None = None, data_dir=None,
   unknown = [n for n in names if n not in registry]
   if unknown:
     raise ValueError(f"unknown check(s) {unknown}: registered are {sorted(registry)}")
-  data_dir = pathlib.Path(data_dir) if data_dir else default_data_dir()
+  from jaxlib_papers.core import datasets  # pylint: disable=g-import-not-at-top
+  data_dir = datasets.local_dir(data_dir)  # --data_dir or $JAXLIB_PAPERS_DATA_DIR, checked
   report_dir = pathlib.Path(report_dir)
   rows, failed = [], []
-  print(f"[reproduce] preset={preset} data_dir={data_dir or 'none (generated data)'} "
-        f"checks={names}", flush=True)
+  print(f"[reproduce] preset={preset} checks={names}", flush=True)
+  print(f"[reproduce] data: {data_summary(data_dir)}", flush=True)
   for name in names:
     ctx = reproduce.Context(preset=preset, report_dir=report_dir / name,
                             data_dir=data_dir, seed=seed)
@@ -77,17 +86,17 @@ def run(preset: str = "cpu", only: list[str] | None = None, data_dir=None,
       rows.append(row)
     print(f"[reproduce] {name}: {sum(c.holds for c in claims)}/{len(claims)} claims hold "
           f"({seconds:.1f} s)", flush=True)
-  _write_report(rows, report_dir, preset, data_dir)
+  _write_report(rows, report_dir, preset, data_summary(data_dir))
   if failed:
     raise RuntimeError(f"checks crashed: {failed}")
   return rows
 
 
-def _write_report(rows, report_dir: pathlib.Path, preset, data_dir) -> None:
+def _write_report(rows, report_dir: pathlib.Path, preset, data: str) -> None:
   report_dir.mkdir(parents=True, exist_ok=True)
   header = "| check | claim | paper | ours | holds | data | seconds |"
   lines = [f"# Reproduction report (preset `{preset}`)", "",
-           f"Data folder: `{data_dir or 'none: generated data only'}`", "",
+           f"Data: {data}", "",
            header, "|---|---|---|---|---|---|---|"]
   for r in rows:
     secs = "" if r["seconds"] is None else f"{r['seconds']:.1f}"
@@ -109,7 +118,7 @@ def main(argv):
   common.setup()
   try:
     run(_PRESET.value, _ONLY.value, _DATA_DIR.value, _REPORT_DIR.value, _SEED.value)
-  except RuntimeError as e:
+  except (RuntimeError, ValueError) as e:
     print(f"[reproduce] {e}", file=sys.stderr)
     sys.exit(1)
 

@@ -2,7 +2,8 @@ r"""Trains DeepRUOT (stages 1-4) and evaluates W1/W2/TMV at every time point.
 
   python -m launch.ruot --config=jaxlib_papers/ruot/configs/default.py:smoke   # simulator
   python -m launch.ruot --config=jaxlib_papers/ruot/configs/default.py:cpu \
-      --config.data.path=/work/shared/data/ruot/simulation_gene_data.csv --workdir=runs/ruot
+      --config.data.path=$(python -m jaxlib_papers.core.datasets ruot/simulation_gene_data.csv) \
+      --workdir=runs/ruot
   python -m launch.ruot --config=...:cpu --config.data.path=emt.csv --config.data.hold_out=-1
 
 Rerun with the same --workdir to resume (each stage checkpoints in <workdir>/stageN);

@@ -15,6 +15,7 @@ import pkgutil
 from collections.abc import Callable
 
 from jaxlib_papers.core import config as config_lib
+from jaxlib_papers.core import datasets
 
 
 def check_modules() -> list[str]:
@@ -34,15 +35,20 @@ class Claim:
   paper: str          # the paper's (or the official code's) number, or "-"
   ours: str           # our measured number(s)
   holds: bool         # does our number meet the claim's threshold
-  data: str = "generated"  # "shared: <file>" or "generated"
+  data: str = "generated"  # Context.data_label: "shared: <file>", "fetched: <file>",
+  #                           "generated (offline: <file>)" or "generated"
 
 
 @dataclasses.dataclass
 class Context:
+  """What a check runs with. ``data_dir``: the user's local folder of official files (laid
+  out like ``<data_dir>/ruot/emt.csv``); None means ``$JAXLIB_PAPERS_DATA_DIR`` or none, and
+  files are then taken from the cache or downloaded (see ``core/datasets.py``)."""
   preset: str
   report_dir: pathlib.Path
   data_dir: pathlib.Path | None = None
   seed: int = 0
+  _data: dict = dataclasses.field(default_factory=dict, init=False, repr=False)
 
   def __post_init__(self):
     config_lib.check_preset(self.preset)
@@ -52,11 +58,24 @@ class Context:
       self.data_dir = pathlib.Path(self.data_dir)
 
   def data_file(self, relative: str) -> pathlib.Path | None:
-    """``data_dir / relative`` if it exists, else None (the caller falls back to generated)."""
-    if self.data_dir is None:
-      return None
-    path = self.data_dir / relative
-    return path if path.is_file() else None
+    """The official file ``relative`` (a ``datasets.REGISTRY`` name, e.g. "ruot/emt.csv"):
+    ``data_dir`` first, then the cache, then a checked download. None when it cannot be
+    fetched (offline): one line says so and the caller falls back to generated data. A local
+    file with the wrong sha256 raises ``datasets.DataIntegrityError``."""
+    if relative not in self._data:
+      try:
+        path, origin = datasets.locate(relative, self.data_dir)
+        self._data[relative] = (path, f"{origin}: {relative}")
+      except datasets.DataUnavailable as e:
+        print(f"[data] not available, using generated data instead: {e}", flush=True)
+        self._data[relative] = (None, f"generated (offline: {relative})")
+    return self._data[relative][0]
+
+  def data_label(self, relative: str) -> str:
+    """The report's data column for ``relative``: "shared: <file>" (``data_dir``), "fetched:
+    <file>" (cache or download, sha256 checked) or "generated (offline: <file>)"."""
+    self.data_file(relative)
+    return self._data[relative][1]
 
 
 Check = Callable[[Context], list[Claim]]

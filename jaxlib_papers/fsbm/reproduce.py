@@ -82,8 +82,8 @@ def plot(ctx, task, fsbm, base):
 def check(ctx) -> list[reproduce.Claim]:
   claims = []
   for task, tau in TASKS:
-    kp_file = ctx.data_file(f"fsbm/kp_traj_{task}.npy")
-    data = f"shared: fsbm/kp_traj_{task}.npy" if kp_file else "generated"
+    kp_file = ctx.data_file(f"fsbm/kp_traj_{task}.pt")
+    data = ctx.data_label(f"fsbm/kp_traj_{task}.pt")
     try:
       config, fsbm, base, seconds = task_run(task, tau, ctx.preset, ctx.seed,
                                              str(kp_file) if kp_file else None)

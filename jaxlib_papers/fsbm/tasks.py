@@ -12,6 +12,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from jaxlib_papers.core import datasets
+
 TASKS = ("stunnel", "vneck", "opinion", "latents")
 
 
@@ -161,11 +163,15 @@ def generate_keypoints(name: str, num: int, num_steps: int, *, seed: int = 0,
 
 
 def load_keypoints(path: str | pathlib.Path) -> np.ndarray:
-  """Loads a [K, S, D] keypoint array from .npy (or .npz with one array)."""
+  """Loads a [K, S, D] keypoint array from .npy, .npz (one array) or the official PyTorch
+  .pt (read without PyTorch by ``core.datasets.load_pt``)."""
   path = pathlib.Path(path)
   if not path.exists():
     raise ValueError(f"keypoints_path {str(path)!r} does not exist")
-  arr = np.load(path)
+  if path.suffix == ".pt":
+    arr = datasets.load_pt(path)
+  else:
+    arr = np.load(path)
   if isinstance(arr, np.lib.npyio.NpzFile):
     arr = arr[arr.files[0]]
   arr = np.asarray(arr)

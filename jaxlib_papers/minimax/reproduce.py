@@ -159,8 +159,7 @@ def check(ctx: Context) -> list[Claim]:
   res_fair = _run(fair_config, "fairness", report)
   plotted[f"fairness ({res_fair['data'].split('/')[-1]})"] = res_fair
   fair = res_fair["methods"]
-  data_tag = ("shared: len/heart_scale" if res_fair["data"].startswith("shared")
-              else "generated")
+  data_tag = "generated" if smoke else ctx.data_label("len/heart_scale")
   lazy, eg2, eg = fair["LEN(m=10)"], fair["EG-2"], fair["EG(eta=0.1)"]
   claims.append(Claim(
       "fairness: EG-2 and LEN(m=10) reach ||F|| <= 1e-8; LEN cost < EG-2's and < EG's",

@@ -81,10 +81,10 @@ def _gene_claims(ctx: Context) -> tuple[list[Claim], list[str]]:
   path = ctx.data_file("ruot/simulation_gene_data.csv")
   if path is not None:
     config.data.source, config.data.path = "csv", str(path)
-    source = "shared: ruot/simulation_gene_data.csv"
+    source = ctx.data_label("ruot/simulation_gene_data.csv")
   else:
     config.data.source = "simulator"
-    source = "generated"
+    source = ctx.data_label("ruot/simulation_gene_data.csv")
   results = train.run(config, None)
   rows = results["summary"]
   by_time = {int(round(r["time"])): r for r in rows}
@@ -145,7 +145,7 @@ def _gene_claims(ctx: Context) -> tuple[list[Claim], list[str]]:
 def _emt_claims(ctx: Context) -> tuple[list[Claim], list[str]]:
   path = ctx.data_file("ruot/emt.csv")
   if path is None:
-    return [], ["EMT: shared data absent, skipped"]
+    return [], ["EMT: data file not available (offline), skipped"]
   config = get_config(ctx.preset)
   config.seed = int(ctx.seed)
   config.loop.quiet = True
@@ -167,7 +167,7 @@ def _emt_claims(ctx: Context) -> tuple[list[Claim], list[str]]:
       f"EMT (10-D): W1 per time within 1.5x the paper's (stages 1-2, "
       f"{config.stage1.passes}+{config.stage2.passes} passes)",
       "/".join(f"{p:g}" for p in paper), "/".join(f"{o:.3f}" for o in ours),
-      all(o <= 1.5 * p for o, p in zip(ours, paper)), "shared: ruot/emt.csv")
+      all(o <= 1.5 * p for o, p in zip(ours, paper)), ctx.data_label("ruot/emt.csv"))
   table = ["", "EMT W1 per time: " + ", ".join(
       f"t={r['time']:g}: {r['w1']:.3f} (paper {PAPER_EMT_W1.get(int(round(r['time'])), '-')})"
       for r in rows), "EMT stage seconds: " + ", ".join(

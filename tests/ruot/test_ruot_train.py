@@ -37,11 +37,11 @@ def test_smoke_run_beats_no_growth_on_tmv_and_moves_towards_data(smoke_results):
   assert set(smoke_results["timings"]) >= {"stage1", "stage3", "eval"}
 
 
-def test_reproduce_claims_at_smoke(smoke_results, tmp_path, monkeypatch):
+def test_reproduce_claims_at_smoke(smoke_results, tmp_path, monkeypatch, offline_data):
   monkeypatch.setattr(reproduce.train, "run", lambda config, workdir, **kw: smoke_results)
   claims = reproduce.check(Context("smoke", tmp_path))
   assert len(claims) == 5
-  assert all(c.data == "generated" for c in claims)
+  assert all(c.data.startswith("generated") for c in claims), [c.data for c in claims]
   assert claims[1].holds, claims[1]              # TMV at the held-out time
   assert claims[3].holds, claims[3]              # TMV below no-growth at every time
   corr = reproduce.growth_x2_correlation(smoke_results)

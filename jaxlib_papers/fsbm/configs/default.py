@@ -46,7 +46,7 @@ BASE = {
     "dim": 2,
     "sigma": 1.0,
     "tau": 100.0,
-    # Keypoints: "" -> generated (tasks.generate_keypoints); else a .npy [K, S, D].
+    # Keypoints: "" -> generated (tasks.generate_keypoints); else a .npy/.pt [K, S, D].
     "keypoints_path": "",
     "num_keypoints": 100,      # generated keypoints
     "num_feedback": 80,        # used as feedback; the rest is held out (-1: all)
