@@ -152,7 +152,7 @@ def check(ctx: Context) -> list[Claim]:
           all_converged and lens[best]["oracle_cost"] < big["EG-2"]["oracle_cost"]))
 
   # 3. Fairness on heart (or generated).
-  heart = ctx.data_file("len/heart_scale")
+  heart = None if smoke else ctx.data_file("len/heart_scale")
   fair_config = _config(0, (1, 10), (0.1,), seed, kind="fairness",
                         data_file=str(heart) if heart and not smoke else "")
   fair_config.solve.max_iters = 5000
