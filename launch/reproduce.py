@@ -12,13 +12,17 @@ sha256. A file that cannot be fetched (offline) is named on one line and its che
 to generated data; the table's data column says which was used ("shared: <file>",
 "fetched: <file>", "generated (offline: <file>)" or "generated").
 Exits 0 even when a claim does not hold (that is a result); exits 1 when a check crashes.
+``--jobs`` (default: 2 on a machine with 2 or more CPUs) runs that many checks at once, each
+in its own process, their output lines prefixed with the check's name.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import pathlib
+import subprocess
 import sys
 import time
 import traceback
@@ -34,6 +38,11 @@ _DATA_DIR = flags.DEFINE_string(
     "<data_dir>/ruot/emt.csv (default $JAXLIB_PAPERS_DATA_DIR); missing files are fetched.")
 _REPORT_DIR = flags.DEFINE_string("report_dir", "reports/reproduce", "Where to write the report.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of every check.")
+_ROWS_OUT = flags.DEFINE_string(
+    "rows_out", None, "Internal (--jobs): write the rows as JSON here instead of a report.")
+_JOBS = flags.DEFINE_integer(
+    "jobs", 0, "Checks run at once, each in its own process (0: min(2, number of CPUs); 1: "
+    "all in this process, one after the other).")
 
 
 def data_summary(data_dir: pathlib.Path | None) -> str:
@@ -50,21 +59,64 @@ def _cell(text: str) -> str:
   return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _run_in_subprocesses(names: list[str], jobs: int, preset: str, data_dir, report_dir,
+                         seed: int) -> tuple[list[dict], list[str]]:
+  """Each check in its own ``launch.reproduce --only=<check> --jobs=1`` process, ``jobs``
+  at a time; their output lines are forwarded with the check's name; rows come back
+  through ``report_dir/<check>/rows.json``; plots land where a serial run puts them."""
+  def one(name: str) -> tuple[list[dict], bool]:
+    rows_out = report_dir / name / "rows.json"
+    rows_out.unlink(missing_ok=True)
+    args = [sys.executable, "-m", "launch.reproduce", f"--only={name}", f"--preset={preset}",
+            f"--seed={seed}", "--jobs=1", f"--report_dir={report_dir}",
+            f"--rows_out={rows_out}"]
+    if data_dir is not None:
+      args.append(f"--data_dir={data_dir}")
+    start = time.perf_counter()
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          cwd=pathlib.Path(__file__).resolve().parents[1]) as proc:
+      for line in proc.stdout:
+        print(f"[{name}] {line}", end="", flush=True)
+    if rows_out.is_file():
+      rows = json.loads(rows_out.read_text())
+      rows_out.unlink()
+      return rows, proc.returncode != 0
+    return [{"check": name, "claim": f"check process exited with {proc.returncode} (see log)",
+             "paper": "-", "ours": "-", "holds": False, "data": "-",
+             "seconds": time.perf_counter() - start}], True
+
+  with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+    results = list(pool.map(one, names))
+  rows = [row for check_rows, _ in results for row in check_rows]
+  return rows, [name for name, (_, crashed) in zip(names, results) if crashed]
+
+
 def run(preset: str = "cpu", only: list[str] | None = None, data_dir=None,
-        report_dir="reports/reproduce", seed: int = 0) -> list[dict]:
-  """Runs the checks; returns one row per claim (also written to the report)."""
+        report_dir="reports/reproduce", seed: int = 0, jobs: int = 1,
+        rows_out: str | None = None) -> list[dict]:
+  """Runs the checks; returns one row per claim (also written to the report).
+
+  ``jobs > 1`` runs that many checks at once, each in its own process (on two cores the
+  compile-bound and host-bound phases of one check overlap the other's compute).
+  """
   from jaxlib_papers.core import reproduce  # pylint: disable=g-import-not-at-top
   registry = reproduce.load_all()
   names = list(only) if only else list(registry)
   unknown = [n for n in names if n not in registry]
   if unknown:
     raise ValueError(f"unknown check(s) {unknown}: registered are {sorted(registry)}")
+  if jobs < 0:
+    raise ValueError(f"--jobs must be >= 0; got {jobs}")
+  jobs = jobs or min(2, os.cpu_count() or 1)
   from jaxlib_papers.core import datasets  # pylint: disable=g-import-not-at-top
   data_dir = datasets.local_dir(data_dir)  # --data_dir or $JAXLIB_PAPERS_DATA_DIR, checked
   report_dir = pathlib.Path(report_dir)
   rows, failed = [], []
-  print(f"[reproduce] preset={preset} checks={names}", flush=True)
+  print(f"[reproduce] preset={preset} checks={names} jobs={min(jobs, len(names))}", flush=True)
   print(f"[reproduce] data: {data_summary(data_dir)}", flush=True)
+  if jobs > 1 and len(names) > 1:
+    rows, failed = _run_in_subprocesses(names, jobs, preset, data_dir, report_dir, seed)
+    names = []
   for name in names:
     ctx = reproduce.Context(preset=preset, report_dir=report_dir / name,
                             data_dir=data_dir, seed=seed)
@@ -86,7 +138,11 @@ def run(preset: str = "cpu", only: list[str] | None = None, data_dir=None,
       rows.append(row)
     print(f"[reproduce] {name}: {sum(c.holds for c in claims)}/{len(claims)} claims hold "
           f"({seconds:.1f} s)", flush=True)
-  _write_report(rows, report_dir, preset, data_summary(data_dir))
+  if rows_out:  # a check run on behalf of a parallel parent: rows only
+    pathlib.Path(rows_out).parent.mkdir(parents=True, exist_ok=True)
+    pathlib.Path(rows_out).write_text(json.dumps(rows))
+  else:
+    _write_report(rows, report_dir, preset, data_summary(data_dir))
   if failed:
     raise RuntimeError(f"checks crashed: {failed}")
   return rows
@@ -117,7 +173,8 @@ def main(argv):
   del argv
   common.setup()
   try:
-    run(_PRESET.value, _ONLY.value, _DATA_DIR.value, _REPORT_DIR.value, _SEED.value)
+    run(_PRESET.value, _ONLY.value, _DATA_DIR.value, _REPORT_DIR.value, _SEED.value,
+        _JOBS.value, _ROWS_OUT.value)
   except (RuntimeError, ValueError) as e:
     print(f"[reproduce] {e}", file=sys.stderr)
     sys.exit(1)
