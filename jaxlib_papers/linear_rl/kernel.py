@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -111,6 +112,8 @@ def span_update(basis: Array, rank: Array, phi: Array,
   Returns:
     ``(basis, rank, added)`` with ``added`` a bool scalar.
   """
+  chex.assert_rank([basis, rank, phi], [2, 0, 1])
+  chex.assert_shape(basis, (phi.shape[0], phi.shape[0]))
   residual = phi - basis @ (basis.T @ phi)
   residual = residual - basis @ (basis.T @ residual)
   norm = jnp.linalg.norm(residual)

@@ -27,6 +27,7 @@ import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
@@ -478,6 +479,7 @@ class LoopState(NamedTuple):
 def _initial_state(z0: jax.Array, fac: Any, refresh_period: Any, step_scale: Any,
                    max_iters: int) -> LoopState:
   z0 = jnp.asarray(z0)
+  chex.assert_rank(z0, 1)
   _check_float64(z0)
   dtype = z0.dtype
   nan_hist = jnp.full((max_iters,), jnp.nan, dtype)
