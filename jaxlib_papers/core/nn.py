@@ -1,4 +1,4 @@
-"""Shared flax (linen) modules: sinusoidal time embedding, MLPs, a time-conditioned MLP.
+"""Shared flax (linen) modules: the sinusoidal time embedding, MLPs, a time-conditioned MLP.
 
 The suite uses flax.linen throughout: parameters are plain pytrees, which is what the
 pure-function kernels take and return (``model.apply(params, ...)``).
@@ -14,8 +14,31 @@ import jax
 import jax.numpy as jnp
 
 
+def timestep_embedding(t: jax.Array, dim: int, max_period: float = 10_000.0, *,
+                       cos_first: bool = False) -> jax.Array:
+  """Transformer-style sinusoidal embedding, the one every method uses.
+
+  Args:
+    t: [...] times or step indices (any real dtype; computed in float32).
+    dim: embedding size; an odd size gets one zero feature at the end.
+    max_period: the longest period, 1 / the lowest frequency.
+    cos_first: [cos, sin] order (the FSBM/DeepGSB toy field) instead of [sin, cos].
+
+  Returns:
+    [..., dim] float32.
+  """
+  half = dim // 2
+  freqs = jnp.exp(-math.log(max_period) * jnp.arange(half, dtype=jnp.float32) / half)
+  args = jnp.asarray(t, jnp.float32)[..., None] * freqs
+  parts = [jnp.cos(args), jnp.sin(args)] if cos_first else [jnp.sin(args), jnp.cos(args)]
+  emb = jnp.concatenate(parts, axis=-1)
+  if dim % 2:
+    emb = jnp.concatenate([emb, jnp.zeros_like(emb[..., :1])], axis=-1)
+  return emb
+
+
 class SinusoidalEmbedding(nn.Module):
-  """Transformer-style embedding of a scalar time: ``t: [...] -> [..., dim]``."""
+  """:func:`timestep_embedding` of ``scale * t`` as a module: ``t: [...] -> [..., dim]``."""
 
   dim: int
   max_period: float = 10_000.0
@@ -23,13 +46,8 @@ class SinusoidalEmbedding(nn.Module):
 
   @nn.compact
   def __call__(self, t: jax.Array) -> jax.Array:
-    half = self.dim // 2
-    freqs = jnp.exp(-math.log(self.max_period) * jnp.arange(half, dtype=jnp.float32) / half)
-    args = self.scale * jnp.asarray(t, jnp.float32)[..., None] * freqs
-    emb = jnp.concatenate([jnp.sin(args), jnp.cos(args)], axis=-1)
-    if self.dim % 2:
-      emb = jnp.concatenate([emb, jnp.zeros_like(emb[..., :1])], axis=-1)
-    return emb
+    return timestep_embedding(self.scale * jnp.asarray(t, jnp.float32), self.dim,
+                              self.max_period)
 
 
 class MLP(nn.Module):

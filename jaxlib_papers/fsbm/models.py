@@ -7,22 +7,16 @@ the sum to D outputs.
 
 from __future__ import annotations
 
-import math
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxlib_papers.core import nn as core_nn
+
 
 def timestep_embedding(t: jax.Array, dim: int, max_period: float = 10000.0):
-  """[..., dim] sinusoidal embedding of ``t`` [...]."""
-  half = dim // 2
-  freqs = jnp.exp(-math.log(max_period) * jnp.arange(half, dtype=jnp.float32) / half)
-  args = t[..., None].astype(jnp.float32) * freqs
-  emb = jnp.concatenate([jnp.cos(args), jnp.sin(args)], axis=-1)
-  if dim % 2:
-    emb = jnp.concatenate([emb, jnp.zeros_like(emb[..., :1])], axis=-1)
-  return emb
+  """[..., dim] sinusoidal embedding of ``t`` [...], [cos, sin] as in the official field."""
+  return core_nn.timestep_embedding(t, dim, max_period, cos_first=True)
 
 
 class VectorField(nn.Module):
