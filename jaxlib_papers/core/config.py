@@ -107,3 +107,35 @@ def diff(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> li
     elif a != b:
       out.append(f"{name}: {a!r} -> {b!r}")
   return out
+
+
+def stage_config(config: ml_collections.ConfigDict, stage: str, *,
+                 groups: tuple[str, ...] | None = None,
+                 loop: Mapping[str, Any] | None = None,
+                 **extra: Any) -> ml_collections.ConfigDict:
+  """The config of one ``train_loop`` stage of a multi-stage method.
+
+  It is what the stage runs with and what its checkpoints fingerprint, so a stage resumes
+  exactly when the settings it depends on are unchanged.
+
+  Args:
+    config: the method's whole config (with ``seed`` and ``loop``).
+    stage: the stage's name (recorded as ``stage``).
+    groups: the top-level groups the stage depends on (default: all of them).
+    loop: the stage's ``loop`` settings (default: ``config.loop``).
+    **extra: further top-level fields.
+
+  Raises:
+    KeyError: a named group is missing from ``config``.
+  """
+  tree = to_dict(config)
+  if groups is not None:
+    missing = [g for g in groups if g not in tree]
+    if missing:
+      raise KeyError(f"stage {stage!r}: config has no group(s) {missing}")
+    tree = {g: tree[g] for g in groups} | {"seed": tree.get("seed"), "loop": tree.get("loop")}
+  if loop is not None:
+    tree["loop"] = dict(loop)
+  tree["stage"] = stage
+  tree.update(extra)
+  return ml_collections.ConfigDict(tree)

@@ -187,3 +187,21 @@ def test_write_json_never_leaves_a_half_written_file(tmp_path):
   with pytest.raises(TypeError):
     writers.write_json(path, {"bad": object()})  # fails while serialising
   assert json.loads(path.read_text()) == {"w2": 0.25}
+
+
+def test_stage_config_keeps_only_the_stage_groups_and_sets_its_loop():
+  from jaxlib_papers.core import config as config_lib  # pylint: disable=g-import-not-at-top
+  config = ml_collections.ConfigDict(
+      {"seed": 1, "loop": {"num_steps": 5}, "model": {"width": 8}, "head": {"lr": 0.1}})
+  dsm = config_lib.stage_config(config, "dsm", groups=("model",), loop={"num_steps": 9})
+  assert dsm.to_dict() == {"seed": 1, "loop": {"num_steps": 9}, "model": {"width": 8},
+                           "stage": "dsm"}
+  whole = config_lib.stage_config(config, "stage1", extra_field=3)
+  assert whole.head.lr == 0.1 and whole.loop.num_steps == 5 and whole.extra_field == 3
+  # Another stage's settings do not enter this stage's fingerprint.
+  changed = ml_collections.ConfigDict(config.to_dict())
+  changed.head.lr = 0.5
+  assert (config_lib.fingerprint(config_lib.stage_config(changed, "dsm", groups=("model",)))
+          == config_lib.fingerprint(config_lib.stage_config(config, "dsm", groups=("model",))))
+  with pytest.raises(KeyError, match="no group"):
+    config_lib.stage_config(config, "x", groups=("nope",))
