@@ -52,7 +52,7 @@ from jaxlib_papers.core import timing  # noqa: E402
 from jaxlib_papers.core.precision import enable_x64  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-DEFAULT_SECONDS = {"smoke": 2.0, "cpu": 10.0, "full": 20.0}
+DEFAULT_SECONDS = {"smoke": 2.0, "cpu": 10.0, "full": 10.0}
 # Whole-run wall budget of the parent (``--total_seconds`` default): the full preset must
 # finish within 10 minutes on one GPU; later hot paths are not started once it is spent.
 DEFAULT_TOTAL = {"smoke": math.inf, "cpu": math.inf, "full": 570.0}
@@ -332,7 +332,7 @@ def minimax_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
 
     def describe(result) -> str:
       return (f"{note}{'converged' if bool(result.converged) else 'NOT converged'} in "
-              f"{int(result.num_iters)} iterations, ||F|| {float(result.grad_norm):.1e}")
+              f"{int(result.num_iters)} iterations, norm(F) {float(result.grad_norm):.1e}")
 
     return HotPath(None, args, 1, "solve",
                    f"n={config.problem.n} (d={problem.dim}), LEN m={m}, tol "
@@ -495,19 +495,20 @@ def _bytes(value: int | None) -> str:
 
 def format_table(rows: list[dict[str, Any]]) -> str:
   """A markdown table of measured rows (and skipped / failed ones, with the reason)."""
+  cell = lambda text: str(text).replace("|", "\\|")
   lines = ["| method | hot path | size | steps/s | compile s | FLOP/call | FLOP/s | "
            "peak memory | notes |", "|---|---|---|---|---|---|---|---|---|"]
   for row in rows:
     if "error" in row:
       lines.append(f"| {row['method']} | {row.get('hot_path', '-')} | - | - | - | - | - | - "
-                   f"| {row['error']} |")
+                   f"| {cell(row['error'])} |")
       continue
     bound = ">= " if row["flops_lower_bound"] and row["flops_per_call"] else ""
     lines.append(
-        f"| {row['method']} | {row['hot_path']} | {row['what']} | "
+        f"| {row['method']} | {row['hot_path']} | {cell(row['what'])} | "
         f"{row['steps_per_s']:.4g} {row['unit']}/s | {row['compile_s']:.1f} | "
         f"{bound}{_si(row['flops_per_call'])} | {bound}{_si(row['flops_per_s'], 'FLOP/s')} | "
-        f"{_bytes(row['peak_bytes'])} | {row['notes'] or '-'} |")
+        f"{_bytes(row['peak_bytes'])} | {cell(row['notes'] or '-')} |")
   return "\n".join(lines)
 
 
@@ -580,7 +581,7 @@ def main(argv: list[str] | None = None) -> None:
   parser.add_argument("--only", default="",
                       help=f"comma-separated methods (default: all of {', '.join(HOT_PATHS)})")
   parser.add_argument("--seconds", type=float, default=None,
-                      help="timed seconds per hot path (default: smoke 2, cpu 10, full 20)")
+                      help="timed seconds per hot path (default: smoke 2, cpu 10, full 10)")
   parser.add_argument("--total_seconds", type=float, default=None,
                       help="wall budget of the whole run (default: full 570, else none); "
                            "hot paths that would start after it are not run")
