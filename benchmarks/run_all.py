@@ -1,0 +1,616 @@
+r"""Every method's hot path for a fixed short time: steps/s, achieved FLOP/s, peak memory.
+
+  PYTHONPATH=. python benchmarks/run_all.py --preset=full             # on a GPU (< 10 min)
+  OPENBLAS_NUM_THREADS=1 PYTHONPATH=. python benchmarks/run_all.py    # on CPU: --preset=cpu
+  PYTHONPATH=. python benchmarks/run_all.py --preset=smoke --seconds=2 --only=ocm,minimax
+
+For each registered hot path (one training step, one solve, one sampling pass, ...) built
+from the package's own functions at the preset's config, in a fresh process (so its peak
+memory is its own):
+
+* compile: lower + compile of the program (``core.timing.compile_and_time``), reported apart;
+* steps/s: one warm-up call, then timed chunks of calls (``core.timing.time_calls``) until
+  ``--seconds`` are spent; the median over chunks of steps / chunk seconds. A *step* is the
+  unit of the row (a training step, a pass, a solve, an episode);
+* FLOP/s: the compiled program's ``cost_analysis()`` flops per call times calls per second
+  (median chunk). XLA counts a loop body once whatever its trip count, so for a program
+  with a loop (``lax.scan`` / ``while_loop``) the figure is a lower bound, printed ">=";
+  work done on the host (the exact OT of ruot, a ``pure_callback``) is not counted;
+* peak memory: ``memory_stats()["peak_bytes_in_use"]`` of the first device after the run,
+  "n/a" where the backend keeps no statistics (CPU).
+
+A method whose package is not installed (or not yet written) is skipped. Adding a method is
+one line in :data:`HOT_PATHS`: ``"name": builder`` where ``builder(preset)`` returns
+``{hot path name: thunk}`` and each thunk builds a :class:`HotPath` (see the builders below).
+Numbers are this machine's, now: nothing is compared with a stored figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import importlib.util
+import json
+import math
+import os
+import pathlib
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from jaxlib_papers.core import timing  # noqa: E402
+from jaxlib_papers.core.precision import enable_x64  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+DEFAULT_SECONDS = {"smoke": 2.0, "cpu": 10.0, "full": 10.0}
+# Whole-run wall budget of the parent (``--total_seconds`` default): the full preset must
+# finish within 10 minutes on one GPU; later hot paths are not started once it is spent.
+DEFAULT_TOTAL = {"smoke": math.inf, "cpu": math.inf, "full": 570.0}
+CHUNKS = 5  # target number of timed chunks within the budget
+
+
+class HotPath(NamedTuple):
+  """One program to time.
+
+  Attributes:
+    fn: the function (or jit object) to compile, called as ``fn(*args)``.
+    args: its arguments.
+    steps_per_call: how many ``unit``s one call performs.
+    unit: what a step is ("step", "pass", "solve", "episode", ...).
+    what: a short description (sizes) for the table.
+    x64: compile and run with ``jax_enable_x64``.
+    compiled: an already compiled program (then ``compile_seconds`` is its compile time).
+    compile_seconds: see ``compiled``.
+    describe: optional ``output -> str`` appended to the notes (e.g. convergence).
+  """
+  fn: Callable[..., Any] | None
+  args: tuple
+  steps_per_call: float
+  unit: str
+  what: str
+  x64: bool = False
+  compiled: Any = None
+  compile_seconds: float | None = None
+  describe: Callable[[Any], str] | None = None
+
+
+# --------------------------------------------------------------------------------- fsbm
+
+
+def fsbm_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
+  """One CondSOC iteration over the config's B pairs; one bridge-matching (M-) step."""
+  import optax  # pylint: disable=g-import-not-at-top
+
+  from jaxlib_papers.fsbm import feedback, gpath, kernel, tasks, train
+  from jaxlib_papers.fsbm.configs import default
+
+  config = default.get_config(preset)
+  settings = train.settings_from_config(config)
+
+  def pairs():
+    batch = train.make_data(config)(0)
+    x0, x1 = jnp.asarray(batch["x0"]), jnp.asarray(batch["x1"])
+    mean_path = jax.vmap(lambda a, b: gpath.linear_mean_path(
+        a, b, settings.csoc.num_mean_knots))(x0, x1)
+    return x0, x1, mean_path
+
+  def condsoc() -> HotPath:
+    fb, _, _ = train.load_task_keypoints(config)
+    kp = jnp.asarray(fb)
+    csoc = settings.csoc._replace(num_iters=1)
+    _, _, mean_path = pairs()
+
+    def solve(mp, key):
+      return kernel.condsoc_solve(
+          mp[:, 0], mp[:, -1], mp, key, settings=csoc, sign=1.0, tau=float(config.tau),
+          keypoints=kp, inv_std=feedback.keypoint_inv_std(kp),
+          base_drift=tasks.reference_drift(config), state_cost=tasks.state_cost(config))
+
+    c = settings.csoc
+    return HotPath(solve, (mean_path, jax.random.key(0)), 1, "iteration",
+                   f"{config.task}: B={config.batch_size} pairs, S={c.num_steps}, "
+                   f"N={c.num_noise}, T_mean={c.num_mean_knots}, T_gamma={c.num_gamma_knots}")
+
+  def mstep() -> HotPath:
+    kern = train.build(config)[0]
+    state = kern.init(jax.random.key(0))
+    x0, x1, mean_path = pairs()
+    # Stand-ins for the fitted paths: straight lines (the step's cost does not depend on
+    # the knots' values).
+    path_params = jax.vmap(lambda p: gpath.init_params(p, settings.csoc.num_gamma_knots))(
+        mean_path)
+    tx = optax.adamw(settings.lr, weight_decay=settings.weight_decay, eps=1e-8)
+    batch, dim = settings.match_batch, settings.dim
+
+    def step(net, opt_state, ema, key):
+      k_idx, k_t, k_n = jax.random.split(key, 3)
+      idx = jax.random.randint(k_idx, (batch,), 0, x0.shape[0])
+      t = jax.random.uniform(k_t, (batch,), x0.dtype, settings.t_eps, 1.0 - settings.t_eps)
+      noise = jax.random.normal(k_n, (batch, dim), x0.dtype)
+      pp = jax.tree.map(lambda a: a[idx], path_params)
+      xt, target = jax.vmap(lambda q, a, b, tt, n: kernel.path_drift_at(
+          q, a, b, tt, n, sigma=settings.csoc.sigma, sign=1.0))(pp, x0[idx], x1[idx], t,
+                                                                  noise)
+      loss, grads = jax.value_and_grad(kernel.bridge_matching_loss)(
+          net, kern.apply_fn, xt, t, target)
+      updates, opt_state = tx.update(grads, opt_state, net)
+      net = optax.apply_updates(net, updates)
+      ema = optax.incremental_update(net, ema, 1.0 - settings.ema_decay)
+      return net, opt_state, ema, loss
+
+    first = lambda tree: jax.tree.map(lambda a: a[0], tree)
+    args = (first(state.params), first(state.opt_state), first(state.ema_params),
+            jax.random.key(1))
+    return HotPath(step, args, 1, "step",
+                   f"batch {batch}, hidden {settings.hidden}, AdamW + EMA")
+
+  return {"condsoc_iteration": condsoc, "bridge_matching_step": mstep}
+
+
+# --------------------------------------------------------------------------------- ruot
+
+
+def ruot_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
+  """One stage-1 and one stage-2 pass (all intervals) over the config's seeds."""
+  from jaxlib_papers.core import datasets
+  from jaxlib_papers.ruot import data as data_lib
+  from jaxlib_papers.ruot import kernel, train
+  from jaxlib_papers.ruot.configs import default
+  from jaxlib_papers.ruot.models import make_networks
+
+  config = default.get_config(preset)
+
+  def snapshots():
+    source = "simulator"
+    if config.data.source == "csv" and not config.data.path:
+      try:  # the official gene CSV, as benchmarks/ruot.py
+        snaps = data_lib.load_csv(datasets.fetch("ruot/simulation_gene_data.csv",
+                                                 timeout=10.0))
+        source = "gene csv"
+      except datasets.DataUnavailable:
+        snaps = data_lib.simulate_gene_network()
+        source = "simulator (gene csv unavailable)"
+    else:
+      snaps, source = train.load_snapshots(config)
+    snaps = data_lib.validate(snaps)
+    return data_lib.hold_out(snaps, int(config.data.hold_out)), source
+
+  def stage(name: str) -> Callable[[], HotPath]:
+    def build() -> HotPath:
+      snaps, source = snapshots()
+      nets = make_networks(snaps.dim, int(config.model.width), int(config.model.depth))
+      num_seeds = int(config.num_seeds)
+      params = jax.vmap(nets.init)(jax.random.split(jax.random.key(0), num_seeds))
+      cfg = config[name]
+      if name == "stage1":
+        trainable = ("v", "g")
+        weights = kernel.FlowLossWeights(ot=cfg.lambda_ot, mass=cfg.lambda_mass)
+      else:
+        trainable = ("v",)
+        weights = kernel.FlowLossWeights(ot=cfg.lambda_ot, mass=0.0)
+      kern = kernel.make_flow_stage(
+          nets, [float(t) for t in snaps.times], [jnp.asarray(x) for x in snaps.xs], params,
+          trainable=trainable, weights=weights, optimizer="adam", lr=float(cfg.lr),
+          total_passes=10**6, passes_per_step=1, dt=float(config.ode.dt),
+          sigma=float(config.sigma), alpha=float(config.alpha),
+          ot_kwargs=train._ot_kwargs(config),  # noqa: SLF001 (the package's own settings)
+          sequential_updates=bool(config.sequential_updates), method=str(config.ode.method),
+          equal_steps=bool(config.ode.equal_steps))
+      state = jax.jit(kern.init)(jax.random.key(0))
+      return HotPath(kern.train_step, (state, None), 1, "pass",
+                     f"{source}: {len(snaps.xs) - 1} intervals, counts "
+                     f"{[len(x) for x in snaps.xs]}, {num_seeds} seed(s), dt {config.ode.dt}, "
+                     f"OT {config.ot.method}")
+    return build
+
+  return {"stage1_pass": stage("stage1"), "stage2_pass": stage("stage2")}
+
+
+# ---------------------------------------------------------------------------------- ocm
+
+
+def ocm_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
+  """One DSM step, one head step (OCM, SN, NPR heads), one K = 10 sampling pass (OCM)."""
+  from jaxlib_papers.ocm import data as data_lib
+  from jaxlib_papers.ocm import diffusion, kernel, models, train
+  from jaxlib_papers.ocm.configs import default
+
+  config = default.get_config(preset)
+  m = config.model
+  schedule = diffusion.make_schedule(config.schedule.kind, config.schedule.num_steps)
+
+  def networks():
+    """(model, head model, batch(size) -> x0) at the config; images are random pixels
+    (the step's cost does not depend on them; CIFAR-10 need not be on the machine)."""
+    if config.data.name in data_lib.IMAGE_DATASETS:
+      model = models.UNet(base_channels=m.base_channels, channel_mults=tuple(m.channel_mults),
+                          blocks_per_level=m.blocks_per_level)
+      head = models.ImageHead(out_channels=3, hidden=m.head_hidden)
+      batch = lambda n: jax.random.uniform(jax.random.key(0), (n, 32, 32, 3), jnp.float32,
+                                           -1.0, 1.0)
+      return model, head, batch
+    parts = train.build(config)
+    batch = lambda n: jnp.asarray(parts["make_source"](n, 0)(0))
+    return parts["model"], parts["head_model"], batch
+
+  def optimizer(group):
+    return train._optimizer(group.lr, group.warmup_steps, 10**6,  # noqa: SLF001
+                            group.get("grad_clip", 1.0))
+
+  def dsm_state(model, example):
+    d = config.dsm
+    kern = kernel.make_dsm_kernel(model, schedule, optimizer(d), example,
+                                  ema_decay=d.ema_decay)
+    return kern, jax.jit(kern.init)(jax.random.key(0))
+
+  def describe_model():
+    if m.kind == "unet":
+      return f"UNet {m.base_channels} ch x {tuple(m.channel_mults)}"
+    return f"MLP {m.width} x {m.depth}"
+
+  def dsm() -> HotPath:
+    model, _, batch = networks()
+    x0 = batch(int(config.dsm.batch_size))
+    kern, state = dsm_state(model, x0[:2])
+    return HotPath(kern.train_step, (state, x0), 1, "step",
+                   f"{config.data.name}, {describe_model()}, batch {x0.shape[0]}")
+
+  def heads_state(model, head, x0):
+    _, backbone = dsm_state(model, x0[:2])
+    h = config.heads
+    kern = kernel.make_head_kernel(model, head, schedule, optimizer(h), x0[:2],
+                                   backbone.params, heads=tuple(h.names),
+                                   num_probes=int(h.num_probes), ema_decay=h.ema_decay)
+    return kern, jax.jit(kern.init)(jax.random.key(1))
+
+  def head_step() -> HotPath:
+    model, head, batch = networks()
+    x0 = batch(int(config.heads.batch_size))
+    kern, state = heads_state(model, head, x0)
+    return HotPath(kern.train_step, (state, x0), 1, "step",
+                   f"heads {tuple(config.heads.names)}, {config.heads.num_probes} probe(s), "
+                   f"{describe_model()}, batch {x0.shape[0]}")
+
+  def sampling() -> HotPath:
+    model, head, batch = networks()
+    x0 = batch(2)
+    _, state = heads_state(model, head, x0)
+    methods = kernel.Methods(model, state.backbone, head, state.params,
+                             max_var=float(config.eval.max_var))
+    predict = kernel.make_predictor(methods, "ocm", schedule)
+    steps = 10
+    timesteps = diffusion.skip_timesteps(steps, schedule.num_steps)
+    clip = float(config.eval.clip_x0)
+    n = int(config.eval.num_samples)
+    x_T = jax.random.normal(jax.random.key(2), (n, *x0.shape[1:]))
+    fn = lambda x, k: diffusion.sample(predict, schedule, timesteps, x, k,
+                                       eta=float(config.eval.eta),
+                                       clip_x0=clip if clip > 0 else None)
+    return HotPath(fn, (x_T, jax.random.key(3)), 1, "pass",
+                   f"K={steps} steps, {n} samples, OCM covariance, {describe_model()}")
+
+  return {"dsm_step": dsm, "head_step": head_step, "sample_k10": sampling}
+
+
+# ------------------------------------------------------------------------------ minimax
+
+
+def minimax_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
+  """One LEN solve (m = 10) of the cubic bilinear saddle to ||F|| <= 1e-8."""
+  from jaxlib_papers.minimax import train
+  from jaxlib_papers.minimax.configs import default
+
+  def solve() -> HotPath:
+    config = default.get_config(preset)
+    config.problem.n = {"smoke": 10, "cpu": 100, "full": 500}[preset]
+    note = ""
+    with enable_x64():
+      problem, _ = train.build_problem(config)
+      try:
+        compiled, compile_s = train.compile_len_program(problem, config)
+      except Exception as e:  # noqa: BLE001  (a backend without the factorization)
+        if jax.default_backend() == "cpu":
+          raise
+        factorization = train.resolve_factorization(config)
+        config.solve.factorization = "dense"
+        note = f"{factorization} unavailable on {jax.default_backend()} " \
+               f"({type(e).__name__}): dense LU; "
+        compiled, compile_s = train.compile_len_program(problem, config)
+      m = 10
+      reg_weight = config.solve.reg_factor * problem.lipschitz_jacobian * m
+      args = (jnp.zeros(problem.dim, jnp.float64), jnp.int32(m), jnp.float64(reg_weight))
+
+    def describe(result) -> str:
+      return (f"{note}{'converged' if bool(result.converged) else 'NOT converged'} in "
+              f"{int(result.num_iters)} iterations, norm(F) {float(result.grad_norm):.1e}")
+
+    return HotPath(None, args, 1, "solve",
+                   f"n={config.problem.n} (d={problem.dim}), LEN m={m}, tol "
+                   f"{config.solve.tol:g}, {train.resolve_factorization(config)}",
+                   x64=True, compiled=compiled, compile_seconds=compile_s, describe=describe)
+
+  return {"len_solve": solve}
+
+
+# ---------------------------------------------------------------------------- linear_rl
+
+
+def linear_rl_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
+  """T episodes of null-space randomized LSVI on DeepSea, the config's seeds vmapped."""
+  from jaxlib_papers.linear_rl import envs, kernel, train
+  from jaxlib_papers.linear_rl.configs import default
+
+  def episodes() -> HotPath:
+    config = default.get_config(preset)
+    spec = config.deep_sea
+    env = envs.deep_sea(**dict(spec.env))
+    cfg = train.agent_config("nullspace", spec.agent)
+    num_episodes, num_seeds = int(config.run.num_episodes), int(config.run.num_seeds)
+    with enable_x64():
+      keys = jax.vmap(jax.random.key)(jnp.arange(num_seeds) + int(config.seed))
+    fn = jax.vmap(lambda k: kernel.run_episodes(env, cfg, num_episodes, k))
+    return HotPath(fn, (keys,), num_episodes * num_seeds, "episode",
+                   f"DeepSea N={spec.env.size}, T={num_episodes}, {num_seeds} seeds vmapped",
+                   x64=True)
+
+  return {"nullspace_lsvi": episodes}
+
+
+# The registry: one line per method. A builder imports its package lazily; a method whose
+# package is absent is skipped. (aerca, cca, identifiability and cp_fuse: add their line
+# here when their packages land.)
+HOT_PATHS: dict[str, Callable[[str], dict[str, Callable[[], HotPath]]]] = {
+    "fsbm": fsbm_hot_paths,
+    "ruot": ruot_hot_paths,
+    "ocm": ocm_hot_paths,
+    "minimax": minimax_hot_paths,
+    "linear_rl": linear_rl_hot_paths,
+}
+
+
+# ------------------------------------------------------------------------------ measure
+
+
+def package_present(method: str) -> bool:
+  return importlib.util.find_spec(f"jaxlib_papers.{method}") is not None
+
+
+def _flops(compiled) -> float | None:
+  """Flops per call from XLA's cost analysis of ``compiled``, or None."""
+  try:
+    analysis = compiled.cost_analysis()
+  except Exception:  # noqa: BLE001  (a backend without cost analysis)
+    return None
+  if isinstance(analysis, (list, tuple)):
+    analysis = analysis[0] if analysis else None
+  flops = None if not analysis else analysis.get("flops")
+  return float(flops) if flops is not None and flops > 0 else None
+
+
+def _walk(jaxpr):
+  """Yields every equation of ``jaxpr`` and of the jaxprs nested in its equations."""
+  for eqn in jaxpr.eqns:
+    yield eqn
+    for value in eqn.params.values():
+      for item in value if isinstance(value, (tuple, list)) else (value,):
+        inner = getattr(item, "jaxpr", item)  # ClosedJaxpr -> Jaxpr
+        if hasattr(inner, "eqns"):
+          yield from _walk(inner)
+
+
+def has_loop(fn, args) -> bool:
+  """Whether ``fn(*args)`` runs a loop XLA cannot unroll into its cost count: a
+  ``while_loop`` / ``fori_loop``, or a ``scan`` of length > 1."""
+  for eqn in _walk(jax.make_jaxpr(fn)(*args).jaxpr):
+    name = eqn.primitive.name
+    if name == "while" or (name == "scan" and int(eqn.params.get("length", 2)) > 1):
+      return True
+  return False
+
+
+def _peak_bytes() -> int | None:
+  try:
+    stats = jax.devices()[0].memory_stats()
+  except Exception:  # noqa: BLE001
+    return None
+  if not stats:
+    return None
+  return stats.get("peak_bytes_in_use")
+
+
+def measure(method: str, name: str, preset: str, seconds: float) -> dict[str, Any]:
+  """Builds and times one hot path in this process; returns its table row as a dict."""
+  if method not in HOT_PATHS:
+    raise ValueError(f"--only: unknown method {method!r}; registered: {sorted(HOT_PATHS)}")
+  paths = HOT_PATHS[method](preset)
+  if name not in paths:
+    raise ValueError(f"{method} has no hot path {name!r}; it has {sorted(paths)}")
+  if seconds <= 0:
+    raise ValueError(f"seconds must be > 0, got {seconds}")
+  hot = paths[name]()
+  context = enable_x64 if hot.x64 else contextlib.nullcontext
+  with context():
+    if hot.compiled is None:
+      timed = timing.compile_and_time(hot.fn, *hot.args, repeats=0)
+      compiled, compile_s = timed.compiled, timed.compile_seconds
+    else:
+      compiled, compile_s = hot.compiled, float(hot.compile_seconds)
+    warm, output = timing.time_calls(compiled, *hot.args)  # warm-up, not counted
+    per_call = max(warm[0], 1e-6)
+    calls = max(1, int(seconds / CHUNKS / per_call))
+    rates, spent = [], 0.0
+    while not rates or spent < seconds:
+      run_s, output = timing.time_calls(compiled, *hot.args, repeats=calls)
+      chunk = sum(run_s)
+      spent += chunk
+      rates.append(calls / chunk)
+  calls_per_s = statistics.median(rates)
+  flops = _flops(compiled)
+  if hot.fn is None:
+    loop = True  # a precompiled program: assume it loops (do not claim an exact count)
+  else:
+    with context():
+      loop = has_loop(hot.fn, hot.args)
+  notes = hot.describe(output) if hot.describe else ""
+  return {
+      "method": method, "hot_path": name, "what": hot.what, "unit": hot.unit,
+      "steps_per_s": calls_per_s * hot.steps_per_call, "calls_per_s": calls_per_s,
+      "compile_s": compile_s, "chunks": len(rates), "calls_per_chunk": calls,
+      "timed_s": spent, "flops_per_call": flops, "flops_lower_bound": loop,
+      "flops_per_s": None if flops is None else flops * calls_per_s,
+      "peak_bytes": _peak_bytes(), "notes": notes,
+  }
+
+
+# -------------------------------------------------------------------------------- table
+
+
+def _si(value: float | None, unit: str = "") -> str:
+  if value is None or not math.isfinite(value):
+    return "n/a"
+  for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+    if abs(value) >= factor:
+      return f"{value / factor:.3g} {prefix}{unit}"
+  return f"{value:.3g} {unit}".rstrip()
+
+
+def _bytes(value: int | None) -> str:
+  if value is None:
+    return "n/a"
+  for factor, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+    if value >= factor:
+      return f"{value / factor:.3g} {name}"
+  return f"{value} B"
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+  """A markdown table of measured rows (and skipped / failed ones, with the reason)."""
+  cell = lambda text: str(text).replace("|", "\\|")
+  lines = ["| method | hot path | size | steps/s | compile s | FLOP/call | FLOP/s | "
+           "peak memory | notes |", "|---|---|---|---|---|---|---|---|---|"]
+  for row in rows:
+    if "error" in row:
+      lines.append(f"| {row['method']} | {row.get('hot_path', '-')} | - | - | - | - | - | - "
+                   f"| {cell(row['error'])} |")
+      continue
+    bound = ">= " if row["flops_lower_bound"] and row["flops_per_call"] else ""
+    lines.append(
+        f"| {row['method']} | {row['hot_path']} | {cell(row['what'])} | "
+        f"{row['steps_per_s']:.4g} {row['unit']}/s | {row['compile_s']:.1f} | "
+        f"{bound}{_si(row['flops_per_call'])} | {bound}{_si(row['flops_per_s'], 'FLOP/s')} | "
+        f"{_bytes(row['peak_bytes'])} | {cell(row['notes'] or '-')} |")
+  return "\n".join(lines)
+
+
+def machine_line(preset: str, seconds: float) -> str:
+  device = jax.devices()[0]
+  return (f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC | preset "
+          f"{preset}, {seconds:g} s per hot path | {jax.default_backend()}: "
+          f"{device.device_kind} x{jax.device_count()} | host {platform.machine()}, "
+          f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} | jax {jax.__version__}")
+
+
+# --------------------------------------------------------------------------------- main
+
+
+def _child(spec: str, preset: str, seconds: float) -> None:
+  method, name = spec.split("/", 1)
+  print("RESULT " + json.dumps(measure(method, name, preset, seconds)), flush=True)
+
+
+def _run_child(method: str, name: str, preset: str, seconds: float,
+               timeout: float | None) -> dict[str, Any]:
+  env = dict(os.environ)
+  env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in [env.get("PYTHONPATH")] if p])
+  cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), f"--child={method}/{name}",
+         f"--preset={preset}", f"--seconds={seconds}"]
+  try:
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+  except subprocess.TimeoutExpired:
+    return {"method": method, "hot_path": name, "error": f"timed out after {timeout:.0f} s"}
+  for line in proc.stdout.splitlines():
+    if line.startswith("RESULT "):
+      return json.loads(line[len("RESULT "):])
+  tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:]
+  return {"method": method, "hot_path": name,
+          "error": f"failed (exit {proc.returncode}): {' '.join(tail)[:300]}"}
+
+
+def run_all(methods: list[str], preset: str, seconds: float, total_seconds: float,
+            log=print) -> list[dict[str, Any]]:
+  """Every hot path of ``methods``, each in its own process, within ``total_seconds``."""
+  start = time.perf_counter()
+  rows = []
+  for method in methods:
+    if not package_present(method):
+      rows.append({"method": method, "error": "skipped: package absent"})
+      log(f"[run_all] {method}: package absent, skipped", flush=True)
+      continue
+    for name in HOT_PATHS[method](preset):
+      left = total_seconds - (time.perf_counter() - start)
+      if left < seconds + 5:
+        rows.append({"method": method, "hot_path": name,
+                     "error": f"not run: --total_seconds={total_seconds:g} spent"})
+        continue
+      log(f"[run_all] {method}/{name} ...", flush=True)
+      row = _run_child(method, name, preset, seconds,
+                       timeout=None if math.isinf(left) else left)
+      rows.append(row)
+      if "error" in row:
+        log(f"[run_all] {method}/{name}: {row['error']}", flush=True)
+      else:
+        log(f"[run_all] {method}/{name}: {row['steps_per_s']:.4g} {row['unit']}/s, "
+            f"compile {row['compile_s']:.1f} s", flush=True)
+  return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--preset", choices=("smoke", "cpu", "full"), default=None,
+                      help="default: cpu on a CPU backend, full otherwise")
+  parser.add_argument("--only", default="",
+                      help=f"comma-separated methods (default: all of {', '.join(HOT_PATHS)})")
+  parser.add_argument("--seconds", type=float, default=None,
+                      help="timed seconds per hot path (default: smoke 2, cpu 10, full 10)")
+  parser.add_argument("--total_seconds", type=float, default=None,
+                      help="wall budget of the whole run (default: full 570, else none); "
+                           "hot paths that would start after it are not run")
+  parser.add_argument("--json", default="", help="also write the rows to this JSON file")
+  parser.add_argument("--child", default="", help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  preset = args.preset or ("cpu" if jax.default_backend() == "cpu" else "full")
+  seconds = float(args.seconds if args.seconds is not None else DEFAULT_SECONDS[preset])
+  if seconds <= 0:
+    parser.error(f"--seconds must be > 0, got {seconds}")
+  if args.child:
+    _child(args.child, preset, seconds)
+    return
+  methods = [m.strip() for m in args.only.split(",") if m.strip()] or list(HOT_PATHS)
+  unknown = [m for m in methods if m not in HOT_PATHS]
+  if unknown:
+    parser.error(f"--only: unknown method(s) {unknown}; registered: {', '.join(HOT_PATHS)}")
+  total = float(args.total_seconds or DEFAULT_TOTAL[preset])
+  if total <= 0:
+    parser.error(f"--total_seconds must be > 0, got {total}")
+  header = machine_line(preset, seconds)
+  print(header, flush=True)
+  rows = run_all(methods, preset, seconds, total)
+  print()
+  print(header)
+  print(format_table(rows))
+  if args.json:
+    pathlib.Path(args.json).write_text(json.dumps({"machine": header, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+  main()
