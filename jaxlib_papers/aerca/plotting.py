@@ -1,0 +1,54 @@
+"""Figures shared by the reproduction check and the Colab demo."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def overview_figure(parts: dict, learned_graph: np.ndarray, scores: np.ndarray | None = None,
+                    series_index: int = 0, title: str = "", var_graph=None):
+  """A test series with its anomaly, the true and learned graphs, the root-cause ranking.
+
+  Args:
+    parts: ``train.split`` output (test_normal, test_abnormal, test_labels, graph).
+    learned_graph: [p, p] mean learned graph (max_k median_t |Psi|).
+    scores: [T', p] z-scores of ``series_index`` (aligned with labels[K:]) or None.
+    var_graph: optional [p, p] VAR |A| graph for a third panel.
+  """
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  panels = 4 if var_graph is None else 5
+  fig, axes = plt.subplots(1, panels, figsize=(3.2 * panels, 2.8))
+  xa = parts["test_abnormal"][series_index]
+  xn = parts["test_normal"][series_index]
+  labels = parts["test_labels"][series_index]
+  t_p = int(np.flatnonzero(labels.any(1))[0])
+  roots = np.flatnonzero(labels[t_p])
+  lo, hi = max(0, t_p - 30), min(xa.shape[0], t_p + 30)
+  ax = axes[0]
+  for j in range(xa.shape[1]):
+    ax.plot(np.arange(lo, hi), xa[lo:hi, j], lw=1.5 if j in roots else 0.6)
+  ax.plot(np.arange(lo, hi), xn[lo:hi, roots[0]], "k--", lw=0.8, label="normal twin")
+  ax.axvline(t_p, color="r", lw=0.8)
+  ax.set_title(f"abnormal series, t_p={t_p}, R={roots.tolist()}", fontsize=8)
+  ax.legend(fontsize=6)
+  graphs = [("true graph", parts["graph"]), ("AERCA graph", learned_graph)]
+  if var_graph is not None:
+    graphs.append(("VAR |A| graph", var_graph))
+  for ax, (name, g) in zip(axes[1:], graphs):
+    ax.imshow(np.asarray(g), cmap="viridis")
+    ax.set_title(name + " (row target, col cause)", fontsize=8)
+    ax.set_xticks([])
+    ax.set_yticks([])
+  ax = axes[-1]
+  if scores is not None:
+    lag = labels.shape[0] - scores.shape[0]
+    z = scores[t_p - lag]
+    order = np.argsort(-z)
+    colors = ["tab:red" if j in roots else "tab:gray" for j in order]
+    ax.bar(np.arange(len(z)), z[order], color=colors)
+    ax.set_xticks(np.arange(len(z)))
+    ax.set_xticklabels([str(j) for j in order], fontsize=6)
+    ax.set_title("z-scores at t_p (red: root causes)", fontsize=8)
+  fig.suptitle(title, fontsize=9)
+  fig.tight_layout()
+  return fig

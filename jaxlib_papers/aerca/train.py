@@ -1,0 +1,236 @@
+"""AERCA pipeline: data -> training (one ``core.train_loop`` run per variant) -> readouts.
+
+``run(config, workdir)`` is what the launcher, the reproduction check and the Colab demo
+call. Each trained variant (``aerca``, ``paper_kl``, ``encoder_only``) runs in
+``workdir/<variant>`` (checkpointed, resumable); ``workdir=None`` runs in memory.
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from jaxlib_papers.aerca import data as data_lib
+from jaxlib_papers.aerca import evaluate as ev
+from jaxlib_papers.aerca import kernel as K
+from jaxlib_papers.aerca.models import Networks
+from jaxlib_papers.core import train_loop, writers
+
+VARIANTS = ("aerca", "paper_kl", "encoder_only")
+
+
+def make_dataset(config: ml_collections.ConfigDict) -> data_lib.Dataset:
+  """num_train + num_test normal/abnormal pairs of ``config.dataset``."""
+  d = config.data
+  n = int(d.num_train) + int(d.num_test)
+  key = jax.random.key(int(d.seed))
+  kwargs: dict[str, Any] = {"length": int(d.length)}
+  name = str(config.dataset)
+  if name in ("nonlinear", "lorenz96"):
+    kwargs["num_vars"] = int(d.num_vars)
+  elif name == "lotka_volterra":
+    kwargs["num_species"] = int(d.num_vars) // 2
+  elif int(d.num_vars) != 4:
+    raise ValueError(f"the linear set has 4 variables; got data.num_vars={d.num_vars}")
+  generate = jax.jit(lambda k: tuple(data_lib.generate(name, k, n, **kwargs))[:5])
+  return data_lib.Dataset(*jax.device_get(generate(key)), name=name)
+
+
+def loss_settings(config: ml_collections.ConfigDict, variant: str = "aerca"
+                  ) -> K.LossSettings:
+  """The :class:`kernel.LossSettings` of ``config.loss`` for ``variant``."""
+  fields = {k: config.loss[k] for k in K.LossSettings._fields}
+  if variant == "paper_kl":
+    fields["kl_form"] = "paper"
+  elif variant == "encoder_only":
+    fields["decoder"] = False
+    fields["beta"] = 0.0
+  elif variant != "aerca":
+    raise ValueError(f"variant must be one of {VARIANTS}; got {variant!r}")
+  return K.LossSettings(**fields).validate()
+
+
+def split(dataset: data_lib.Dataset, config) -> dict[str, np.ndarray]:
+  n_train, n_val = int(config.data.num_train), int(config.data.num_val)
+  if not 1 <= n_val < n_train:
+    raise ValueError(f"data.num_val must be in [1, num_train); got {n_val} of {n_train}")
+  normal = np.asarray(dataset.normal, np.float32)
+  return {"fit": normal[:n_train - n_val], "val": normal[n_train - n_val:n_train],
+          "test_normal": normal[n_train:],
+          "test_abnormal": np.asarray(dataset.abnormal[n_train:], np.float32),
+          "test_labels": np.asarray(dataset.labels[n_train:], bool),
+          "graph": np.asarray(dataset.graph)}
+
+
+def make_encoder(nets: Networks):
+  """Jitted ``f(params [S], series [n, T, p]) -> (s [S, n, T-K, p], Psi [S, n, ...])``."""
+  one = lambda params, x: K.encode(nets, params, x)
+  return jax.jit(jax.vmap(jax.vmap(one, in_axes=(None, 0)), in_axes=(0, None)))
+
+
+def score_method(residuals_val: np.ndarray, residuals_test: np.ndarray,
+                 labels: np.ndarray, lag: int, eval_cfg) -> dict[str, Any]:
+  """RCA metrics of one seed from residuals (validation [n_v, T', p], test [n, T', p])."""
+  mu, sigma = ev.residual_stats(residuals_val)
+  z = ev.zscores(residuals_test, mu, sigma)
+  aligned = labels[:, lag:]
+  out = ev.rca_metrics(z, aligned, int(eval_cfg.max_k))
+  thresholds = np.array([ev.pot_threshold(z[..., j], float(eval_cfg.pot_risk),
+                                          float(eval_cfg.pot_level))
+                         for j in range(z.shape[-1])])
+  out["ac_star"] = ev.ac_star(z, aligned, thresholds, tuple(eval_cfg.star_ks))
+  return out
+
+
+def _graph_rows(estimates: np.ndarray, truth: np.ndarray) -> dict[str, float]:
+  """Mean +- std over test series of AUROC / AUPRC; estimates [n, p, p]."""
+  scores = np.array([ev.graph_scores(e, truth) for e in estimates])
+  return {"auroc": float(np.nanmean(scores[:, 0])), "auroc_std": float(np.nanstd(scores[:, 0])),
+          "auprc": float(np.nanmean(scores[:, 1])), "auprc_std": float(np.nanstd(scores[:, 1]))}
+
+
+def summarize_seeds(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
+  """Mean and std over seeds of every metric of ``per_seed`` rows."""
+  out: dict[str, Any] = {"per_seed": per_seed}
+  for key in ("ac", "avg"):
+    values = np.array([row[key] for row in per_seed])
+    out[key], out[key + "_std"] = values.mean(0).tolist(), values.std(0).tolist()
+  for key in ("auroc", "auprc"):
+    if key in per_seed[0]:
+      values = np.array([row[key] for row in per_seed])
+      out[key], out[key + "_std"] = float(values.mean()), float(values.std())
+  if "ac_star" in per_seed[0]:
+    out["ac_star"] = {k: float(np.mean([row["ac_star"][k] for row in per_seed]))
+                      for k in per_seed[0]["ac_star"]}
+  return out
+
+
+def train_variant(config, nets: Networks, parts, variant: str, workdir) -> dict[str, Any]:
+  """Trains one variant (all seeds vmapped) and returns its best params and history."""
+  settings = loss_settings(config, variant)
+  per_step = int(config.optim.epochs_per_step)
+  kern = K.make_train_kernel(
+      nets, settings, parts["fit"], parts["val"], lr=float(config.optim.lr),
+      num_seeds=int(config.num_seeds), patience=int(config.optim.patience),
+      epochs_per_step=per_step)
+  cfg = ml_collections.ConfigDict(config.to_dict())
+  cfg.loop.num_steps = math.ceil(int(config.optim.max_epochs) / per_step)
+  cfg.variant = variant
+  start = time.perf_counter()
+  result = train_loop.run(kern, None, cfg, workdir, name=f"aerca/{variant}")
+  state = jax.block_until_ready(result.state)
+  return {"params": jax.device_get(state.best_params), "history": result.history,
+          "epochs": np.asarray(state.epochs_trained).tolist(),
+          "best_val": np.asarray(state.best_val).tolist(),
+          "seconds": time.perf_counter() - start}
+
+
+def evaluate_params(nets: Networks, params, parts, lag: int, eval_cfg) -> dict[str, Any]:
+  """Graph and RCA metrics per seed of [S]-stacked ``params``.
+
+  Validation, normal and abnormal test series go through the encoder in one call (one
+  compilation). ``z_example`` holds seed 0's z-scores of the first abnormal test series.
+  """
+  enc = make_encoder(nets)
+  n_val, n_test = len(parts["val"]), len(parts["test_normal"])
+  stacked = np.concatenate([parts["val"], parts["test_normal"], parts["test_abnormal"]])
+  s_all, psi = enc(params, jnp.asarray(stacked))
+  graphs = np.asarray(jax.device_get(
+      jnp.max(jnp.median(jnp.abs(psi[:, n_val:n_val + n_test]), axis=2), axis=2)))
+  s_all = np.asarray(jax.device_get(s_all))
+  s_val, s_test = s_all[:, :n_val], s_all[:, n_val + n_test:]
+  rows = []
+  for seed in range(graphs.shape[0]):
+    row = score_method(s_val[seed], s_test[seed], parts["test_labels"], lag, eval_cfg)
+    row.update(_graph_rows(graphs[seed], parts["graph"]))
+    rows.append(row)
+  out = summarize_seeds(rows)
+  out["graph_mean"] = graphs.mean(axis=(0, 1)).tolist()
+  mu, sigma = ev.residual_stats(s_val[0])
+  out["z_example"] = ev.zscores(s_test[0, 0], mu, sigma).tolist()
+  return out
+
+
+def baselines(parts, lag: int, eval_cfg, seed: int) -> dict[str, Any]:
+  """VAR-residual z (with its |A| graph), raw-value z and random ranking."""
+  labels = parts["test_labels"]
+  coef, intercept = ev.fit_var(parts["fit"], lag)
+  var = score_method(ev.var_residuals(coef, intercept, parts["val"]),
+                     ev.var_residuals(coef, intercept, parts["test_abnormal"]),
+                     labels, lag, eval_cfg)
+  var_graphs = [ev.var_graph(ev.fit_var(x[None], lag)[0]) for x in parts["test_normal"]]
+  var.update(_graph_rows(np.array(var_graphs), parts["graph"]))
+  var["graph_pooled"] = ev.graph_scores(ev.var_graph(coef), parts["graph"])
+  var["graph_mean"] = np.mean(var_graphs, axis=0).tolist()
+  # Raw values: -(s - mu) / sigma with s = -x is (x - median) / std.
+  raw = score_method(-parts["val"][:, lag:], -parts["test_abnormal"][:, lag:], labels, lag,
+                     eval_cfg)
+  rng = np.random.default_rng(seed)
+  rand_scores = rng.standard_normal(labels[:, lag:].shape)
+  rand = ev.rca_metrics(rand_scores, labels[:, lag:], int(eval_cfg.max_k))
+  return {"var": summarize_seeds([var]) | {k: var[k] for k in ("graph_pooled", "graph_mean")},
+          "raw": summarize_seeds([raw]), "random": summarize_seeds([rand])}
+
+
+def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = None,
+        *, dataset: data_lib.Dataset | None = None) -> dict[str, Any]:
+  """Trains AERCA (and the configured variants), evaluates them and the baselines.
+
+  Args:
+    config: from ``configs/default.py``.
+    workdir: folder for per-variant checkpoints, metrics and ``results.json`` (None:
+      in memory).
+    dataset: series to use instead of generating ``config.dataset``.
+
+  Returns:
+    ``{"methods": {name: metrics}, "train": {variant: epochs, seconds, ...},
+    "params": {variant: [S]-stacked params}, "parts": the data split, "config": dict}``.
+    Metrics hold ``ac``/``avg`` (k = 1..max_k, mean over seeds), ``auroc``/``auprc``,
+    ``ac_star`` and ``per_seed`` rows.
+  """
+  if int(config.num_seeds) < 1:
+    raise ValueError(f"config.num_seeds must be >= 1; got {config.num_seeds}")
+  for variant in config.variants:
+    if variant not in VARIANTS:
+      raise ValueError(f"config.variants entries must be in {VARIANTS}; got {variant!r}")
+  start = time.perf_counter()
+  if dataset is None:
+    dataset = make_dataset(config)
+  parts = split(dataset, config)
+  for name in ("fit", "val", "test_normal", "test_abnormal"):
+    data_lib.validate_series(name, parts[name], int(config.data.num_vars))
+  data_seconds = time.perf_counter() - start
+  lag = int(config.model.lag)
+  nets = Networks(int(config.data.num_vars), lag, int(config.model.hidden),
+                  int(config.model.layers))
+  workdir = pathlib.Path(workdir) if workdir is not None else None
+  variants = ["aerca"] + [v for v in config.variants if v != "aerca"]
+  methods, trained, params = {}, {}, {}
+  for variant in variants:
+    out = train_variant(config, nets, parts, variant,
+                        None if workdir is None else workdir / variant)
+    params[variant] = out.pop("params")
+    trained[variant] = {k: v for k, v in out.items() if k != "history"}
+    trained[variant]["history"] = [
+        {k: row[k] for k in ("step", "loss", "val_loss", "active_seeds")}
+        for row in out["history"]]
+    eval_start = time.perf_counter()
+    methods[variant] = evaluate_params(nets, params[variant], parts, lag, config.eval)
+    trained[variant]["eval_seconds"] = time.perf_counter() - eval_start
+  if bool(config.baselines):
+    methods.update(baselines(parts, lag, config.eval, int(config.seed)))
+  results = {"methods": methods, "train": trained, "params": params, "parts": parts,
+             "nets": nets, "data_seconds": data_seconds,
+             "config": config.to_dict()}
+  if workdir is not None:
+    keep = {"methods": methods, "train": trained, "data_seconds": data_seconds,
+            "dataset": str(config.dataset)}
+    writers.write_json(workdir / "results.json", keep, indent=1)
+  return results

@@ -1,0 +1,212 @@
+"""GVAR block, loss terms (closed forms, finite differences), training kernel behaviour."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxlib_papers.aerca import kernel as K
+from jaxlib_papers.aerca.models import GVAR, Networks
+from jaxlib_papers.core import distributed, train_loop
+from jaxlib_papers.core.config import make_config
+from jaxlib_papers.core.precision import enable_x64
+
+P, LAG, HIDDEN = 3, 2, 8
+
+
+def _series(n, length=24, seed=0):
+  return np.random.default_rng(seed).normal(size=(n, length, P)).astype(np.float32)
+
+
+def test_gvar_is_a_sum_of_coefficient_times_lagged_input():
+  nets = Networks(P, LAG, HIDDEN, 2)
+  params = jax.jit(nets.init)(jax.random.key(0))
+  apply = jax.jit(nets.apply)
+  windows = jnp.asarray(_series(1, 10)[0][:6].reshape(3, LAG, P))
+  preds, coeffs = apply(params["encoder"], windows)
+  assert coeffs.shape == (3, LAG, P, P)
+  assert float(jnp.max(jnp.abs(coeffs))) < 1.0
+  manual = sum(np.einsum("nij,nj->ni", coeffs[:, k], windows[:, k]) for k in range(LAG))
+  np.testing.assert_allclose(preds, manual, rtol=1e-5, atol=1e-6)
+  # PyTorch default init: |W| <= 1 / sqrt(fan_in); first layer fan_in = p.
+  w0 = np.asarray(params["encoder"]["w0"])
+  assert w0.shape == (LAG, P, HIDDEN) and np.abs(w0).max() <= 1 / np.sqrt(P)
+  assert np.abs(w0).max() > 0.8 / np.sqrt(P)
+  # Lag slots are separate MLPs: changing slot 0's input leaves slot 1's Psi unchanged.
+  _, c2 = apply(params["encoder"], windows.at[:, 0].add(1.0))
+  np.testing.assert_allclose(c2[:, 1], coeffs[:, 1])
+  assert not np.allclose(c2[:, 0], coeffs[:, 0])
+  # The flax module's own init has the same parameter tree.
+  own = GVAR(P, LAG, HIDDEN, 2).init(jax.random.key(1), windows)["params"]
+  assert jax.tree.map(jnp.shape, own) == jax.tree.map(jnp.shape, params["encoder"])
+
+
+def test_lag_windows_and_forward_alignment():
+  x = np.arange(7 * P, dtype=np.float32).reshape(7, P)
+  w = K.lag_windows(x, 2)     # numpy in, numpy slicing: no compilation
+  assert w.shape == (5, 2, P)
+  np.testing.assert_array_equal(w[3, 0], x[3])
+  np.testing.assert_array_equal(w[3, 1], x[4])   # window 3 predicts x[5]
+  nets = Networks(P, LAG, HIDDEN, 1)
+  params = jax.jit(nets.init)(jax.random.key(0))
+  xs = jnp.asarray(_series(1)[0])
+  out = jax.jit(lambda p, x: K.forward(nets, p, x))(params, xs)
+  assert out.residuals.shape == (24 - LAG, P) and out.recon.shape == (24 - 2 * LAG, P)
+  apply = jax.jit(nets.apply)
+  y, _ = apply(params["encoder"], K.lag_windows(np.asarray(xs), LAG))
+  np.testing.assert_allclose(out.residuals, y - xs[LAG:], atol=1e-6)
+  np.testing.assert_array_equal(out.target, xs[2 * LAG:])
+  # recon_t = Phi(s_{t-K..t-1}) + s_t + Phi'(x_{t-2K..t-K-1}), t = 2K + j.
+  j = 4
+  s = out.residuals
+  dec, _ = apply(params["decoder"], s[j:j + LAG][None])
+  prev, _ = apply(params["decoder_prev"], xs[j:j + LAG][None])
+  np.testing.assert_allclose(out.recon[j], dec[0] + s[j + LAG] + prev[0], atol=1e-5)
+
+
+def test_kl_forms_against_closed_form():
+  rng = np.random.default_rng(1)
+  s = rng.normal(size=(400, P)) @ np.array([[1.0, 0.3, 0], [0, 0.8, 0.2], [0, 0, 1.5]]) + 0.5
+  mu, cov = s.mean(0), np.cov(s.T)
+  cov_j = cov + 1e-6 * np.linalg.cond(cov) * np.eye(P)
+  logdet = np.linalg.slogdet(cov_j)[1]
+  paper = 0.5 * (np.trace(cov_j) + mu @ mu - P - logdet)
+  code = np.trace(cov_j) + mu @ mu - P + logdet
+  with enable_x64():
+    np.testing.assert_allclose(K.kl_paper(jnp.asarray(s)), paper, rtol=1e-9)
+    np.testing.assert_allclose(K.kl_code(jnp.asarray(s)), code, rtol=1e-9)
+    # The paper's KL is >= 0 and ~0 for standard normal samples; the coded one is not.
+    z = jnp.asarray(rng.normal(size=(20000, P)))
+    assert 0 <= float(K.kl_paper(z)) < 1e-3
+    assert float(K.kl_code(0.01 * z)) < -20
+
+
+def test_sparsity_and_smoothness_closed_forms():
+  rng = np.random.default_rng(2)
+  c = rng.normal(size=(5, 3, P, P))
+
+  @jax.jit
+  def terms(v):
+    grad_at_zero = jax.grad(lambda w: K.sparsity(w, 0.5))(jnp.zeros_like(v))
+    return (K.sparsity(v, 0.3), K.smoothness(v, "lag"), K.smoothness(v, "time"),
+            K.smoothness(v[:, :1], "lag"), grad_at_zero)
+
+  sp, lag_s, time_s, single, grad_at_zero = terms(jnp.asarray(c))
+  l2 = np.sqrt((c ** 2).sum(1)).mean()
+  l1 = np.abs(c).sum(1).mean()
+  np.testing.assert_allclose(sp, 0.7 * l2 + 0.3 * l1, rtol=1e-5)
+  np.testing.assert_allclose(lag_s, np.sqrt(((c[:, 1:] - c[:, :-1]) ** 2).sum(1)).mean(),
+                             rtol=1e-5)
+  np.testing.assert_allclose(
+      time_s, np.sqrt(((c[1:] - c[:-1]) ** 2).reshape(4, -1).sum(1)).mean(), rtol=1e-5)
+  assert float(single) == 0.0
+  # safe norm: zero coefficients give a finite (zero) gradient.
+  assert np.all(np.isfinite(grad_at_zero))
+
+
+@pytest.mark.parametrize("settings", [
+    K.LossSettings(),
+    K.LossSettings(kl_form="paper", smooth_axis="time"),
+    K.LossSettings(decoder=False, beta=0.0)], ids=["code", "paper_time", "encoder_only"])
+def test_loss_gradient_matches_finite_differences_float64(settings):
+  with enable_x64():
+    nets = Networks(P, LAG, 4, 1)
+    params = jax.tree.map(lambda a: a.astype(jnp.float64), nets.init(jax.random.key(0)))
+    x = jnp.asarray(_series(1, 16)[0], jnp.float64)
+    f = lambda p: K.loss_fn(nets, settings, p, x)[0]
+    direction = jax.tree.map(lambda a: jnp.asarray(
+        np.random.default_rng(a.size).normal(size=a.shape)), params)
+
+    @jax.jit
+    def check(p, d):
+      grads = jax.grad(f)(p)
+      eps = 1e-6
+      plus = f(jax.tree.map(lambda a, b: a + eps * b, p, d))
+      minus = f(jax.tree.map(lambda a, b: a - eps * b, p, d))
+      analytic = sum(jnp.vdot(g, b) for g, b in zip(jax.tree.leaves(grads),
+                                                    jax.tree.leaves(d)))
+      return analytic, (plus - minus) / (2 * eps), f(p)
+
+    analytic, fd, jitted = check(params, direction)
+    np.testing.assert_allclose(analytic, fd, rtol=1e-5)
+    if settings.decoder and settings.kl_form == "code":   # jit == eager (op by op)
+      np.testing.assert_allclose(jitted, f(params), rtol=1e-12)
+
+
+def _config(steps):
+  return make_config("smoke", {"seed": 0, "loop": {"num_steps": steps, "log_every": 1,
+                                                   "checkpoint_every": 100, "quiet": True}})
+
+
+@pytest.fixture(scope="module")
+def trained():
+  """One kernel, two epochs per step, run jitted on one device and by train_loop on 8."""
+  nets = Networks(P, LAG, HIDDEN, 1)
+  val = _series(2, seed=2)
+  kern = K.make_train_kernel(nets, K.LossSettings(), _series(4, seed=1), val, lr=3e-3,
+                             num_seeds=2, patience=3, epochs_per_step=2)
+  step = jax.jit(kern.train_step)
+  state = jax.jit(kern.init)(jax.random.key(0))
+  for _ in range(2):
+    state, metrics = step(state, None)
+  result = train_loop.run(kern, None, _config(2), None, mesh=distributed.make_mesh())
+  return kern, step, state, metrics, result, val
+
+
+def test_train_kernel_single_device_equals_train_loop_on_8_devices(trained):
+  _, _, state, metrics, result, _ = trained
+  assert jax.device_count() == 8 and np.isfinite(float(metrics["loss"]))
+  for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(result.state)):
+    np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
+                               rtol=2e-5, atol=2e-6)
+  assert int(result.state.epoch) == 4
+  assert result.history[-1]["loss"] < result.history[0]["loss"] * 1.5
+
+
+def test_resume_equals_uninterrupted(trained, tmp_path):
+  kern, _, _, _, result, _ = trained
+  mesh = distributed.make_mesh()
+  train_loop.run(kern, None, _config(1), tmp_path, mesh=mesh)
+  resumed = train_loop.run(kern, None, _config(2), tmp_path, mesh=mesh)
+  assert resumed.resumed_from == 1
+  for a, b in zip(jax.tree.leaves(resumed.state), jax.tree.leaves(result.state)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_best_val_is_the_validation_loss_of_best_params(trained):
+  kern, _, _, _, result, val = trained
+  loss = jax.jit(lambda p, x: kern.series_loss(p, x)[0])
+  for seed in range(2):
+    best = jax.tree.map(lambda a, i=seed: a[i], result.state.best_params)
+    total = sum(float(loss(best, jnp.asarray(v))) for v in val)
+    np.testing.assert_allclose(total, float(result.state.best_val[seed]), rtol=1e-4)
+
+
+def test_early_stopping_freezes_seeds_and_skips_when_all_stopped(trained):
+  _, step, state, _, _, _ = trained
+  # No epoch can beat a best of -inf: both seeds stop after patience (3) epochs.
+  # (Derived from the state's own arrays so the compiled step is reused.)
+  state = state._replace(best_val=state.best_val - jnp.inf, bad_epochs=state.bad_epochs * 0)
+  start_epoch = int(state.epoch)
+  state, _ = step(state, None)
+  assert np.all(np.asarray(state.active))
+  state, metrics = step(state, None)                 # epoch 3 of patience 3
+  assert not np.any(np.asarray(state.active))
+  assert int(state.epoch) == start_epoch + 3 and float(metrics["active_seeds"]) == 0.0
+  frozen = state
+  state, _ = step(state, None)
+  assert int(state.epoch) == int(frozen.epoch)        # skipped: no epoch counted
+  for a, b in zip(jax.tree.leaves(frozen.params), jax.tree.leaves(state.params)):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_bad_settings_are_named():
+  with pytest.raises(ValueError, match="kl_form"):
+    K.LossSettings(kl_form="nope").validate()
+  with pytest.raises(ValueError, match="smooth_axis"):
+    K.LossSettings(smooth_axis="nope").validate()
+  with pytest.raises(ValueError, match="train_series"):
+    K.make_train_kernel(Networks(P, LAG, 4, 1), K.LossSettings(), np.zeros((2, 3, P)),
+                        np.zeros((1, 20, P)), lr=1e-3, num_seeds=1, patience=2)
+  with pytest.raises(ValueError, match="lag"):
+    Networks(P, 0, 4, 1)
