@@ -300,6 +300,21 @@ def is_grammatical(tokens: Sequence[int]) -> bool:
   return any(t[:len(tail)] == tail for t in _TEMPLATE_CLASSES)
 
 
+def sentence_parse_rate(tokens: Sequence[int]) -> tuple[int, int]:
+  """(complete sentences that match a template, complete sentences) of a token sequence;
+  the unfinished tail is not counted."""
+  good = total = 0
+  classes: list[int] = []
+  for t in np.asarray(tokens, np.int32):
+    if t == PERIOD:
+      total += 1
+      good += tuple(classes) in _TEMPLATE_CLASSES
+      classes = []
+    else:
+      classes.append(int(_CLASS_OF_TOKEN[t]) if 0 <= t < VOCAB_SIZE else -1)
+  return good, total
+
+
 def detokenize(tokens: Sequence[int]) -> str:
   """Space-separated words ("." attached to the previous word); specials in angle brackets."""
   words: list[str] = []

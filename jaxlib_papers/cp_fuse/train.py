@@ -115,7 +115,8 @@ class Evaluator:
     prompts, continuations, owner = data_lib.prompts(bench)
     table = method_table(config.fusion.cp_delta_coef)
     key = jax.random.key(config.eval.seed + 1000 * pair_seed)
-    out: dict[str, Any] = {"decode": {}, "perplexity": {}, "grammatical": {}, "free": {}}
+    out: dict[str, Any] = {"decode": {}, "perplexity": {}, "grammatical": {}, "free": {},
+                           "sentences": {}}
     for name, (rule, fixed, block) in table.items():
       res = self.decode(params2, jnp.asarray(prompts), key,
                         kernel.options(rule, fixed, 0.0, block))
@@ -135,7 +136,7 @@ class Evaluator:
     free_prompts = free_windows[:, :prompts.shape[1]]
     for name in UTILITY_METHODS:
       rule, fixed, _ = table[name]
-      gens, ok = [], []
+      gens, ok, counts = [], [], np.zeros(2)
       for s in range(config.eval.free_seeds):
         res = self.decode(params2, jnp.asarray(free_prompts),
                           jax.random.fold_in(key, 17 + s),
@@ -144,8 +145,11 @@ class Evaluator:
         gens.append(tokens)
         ok += [data_lib.is_grammatical(np.concatenate([p[1:], g]))
                for p, g in zip(free_prompts, tokens)]
+        for p, g in zip(free_prompts, tokens):
+          counts += data_lib.sentence_parse_rate(np.concatenate([p[1:], g]))
       out["free"][name] = np.concatenate(gens)
       out["grammatical"][name] = float(np.mean(ok))
+      out["sentences"][name] = float(counts[0] / max(counts[1], 1))
     out["prompts"], out["continuations"], out["owner"] = prompts, continuations, owner
     out["free_prompts"] = free_prompts
     return out

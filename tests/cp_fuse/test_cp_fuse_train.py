@@ -57,7 +57,7 @@ def test_sharded_training_equals_single_device():
 
 def test_smoke_reproduction_check(tmp_path):
   claims = reproduce.check(Context(preset="smoke", report_dir=tmp_path))
-  assert len(claims) == 9
+  assert len(claims) == 10
   assert all(c.ours and c.paper for c in claims)
   by_name = {c.claim.split(":")[0]: c for c in claims}
   # Properties that hold at any training length: the grid never beats the exact solver,

@@ -27,8 +27,8 @@ _BASE = dict(
     model=dict(d_model=64, num_layers=2, num_heads=4, mlp_dim=256),
     train=dict(
         num_pairs=1,                 # pairs of models trained in the same program
-        batch_size=32,               # rows per model per step
-        protect_prob=0.5,            # share of rows that are protected passages
+        batch_size=16,               # rows per model per step
+        protect_prob=0.3,            # share of rows that are protected passages
         lr=3e-3, warmup_steps=100, weight_decay=0.0, grad_clip=1.0,
     ),
     fusion=dict(
@@ -45,7 +45,7 @@ _BASE = dict(
         infringement_chars=160,      # the paper's threshold (characters)
         seed=1,
     ),
-    loop=dict(num_steps=1200, log_every=200, checkpoint_every=600, quiet=False),
+    loop=dict(num_steps=2000, log_every=250, checkpoint_every=1000, quiet=False),
 )
 
 _OVERRIDES = {
@@ -54,7 +54,7 @@ _OVERRIDES = {
         "data.num_protected": 4, "data.prefix_len": 8, "data.continuation_len": 16,
         "model.d_model": 32, "model.num_layers": 1, "model.num_heads": 2,
         "model.mlp_dim": 64,
-        "train.batch_size": 16, "train.warmup_steps": 10,
+        "train.protect_prob": 0.5, "train.warmup_steps": 10,
         "eval.num_heldout": 8, "eval.free_seeds": 1, "eval.infringement_tokens": 8,
         "loop.num_steps": 60, "loop.log_every": 30, "loop.checkpoint_every": 60,
         "loop.quiet": True,
