@@ -78,10 +78,15 @@ def _reference(tables, prompts, rule, fixed=(0.5, 0.5), blocked=None):
   return np.array(out_tokens), np.array(out_alpha)
 
 
-def _run(tables, prompts, opts, ngram_table=None):
-  fn = jax.jit(lambda p, x, k, o: kernel.decode(_log_probs_fn, p, x, k, o, num_new=NUM_NEW,
-                                                grid=GRID, ngram_table=ngram_table))
-  return fn(jnp.asarray(tables), jnp.asarray(prompts, jnp.int32), jax.random.key(0), opts)
+# One compiled decoder for every test of this shape: forbid 0 -> 1 and 3 -> 4 when blocking.
+NGRAMS = jnp.array([[0, 1], [3, 4]], jnp.int32)
+_DECODE = jax.jit(lambda p, x, k, o, table: kernel.decode(
+    _log_probs_fn, p, x, k, o, num_new=NUM_NEW, grid=GRID, ngram_table=table))
+
+
+def _run(tables, prompts, opts, ngram_table=NGRAMS):
+  return _DECODE(jnp.asarray(tables), jnp.asarray(prompts, jnp.int32), jax.random.key(0),
+                 opts, ngram_table)
 
 
 PROMPTS = np.array([[0, 3], [1, 5], [2, 2], [6, 4]], np.int32)
@@ -89,14 +94,10 @@ PROMPTS = np.array([[0, 3], [1, 5], [2, 2], [6, 4]], np.int32)
 
 def test_decode_matches_reference_for_every_rule():
   tables = _tables()
-  ngram_table = jnp.array([[0, 1, 2]], jnp.int32)   # present but switched off below
-  fn = jax.jit(lambda p, x, k, o: kernel.decode(_log_probs_fn, p, x, k, o, num_new=NUM_NEW,
-                                                grid=GRID, ngram_table=ngram_table))
   for rule, fixed in ((kernel.RULE_FIXED, (1.0, 0.0)), (kernel.RULE_FIXED, (0.0, 1.0)),
                       (kernel.RULE_FIXED, (0.5, 0.5)), (kernel.RULE_GRID, (0.0, 0.0)),
                       (kernel.RULE_EXACT, (0.0, 0.0))):
-    out = fn(jnp.asarray(tables), jnp.asarray(PROMPTS), jax.random.key(0),
-             kernel.options(rule, fixed))
+    out = _run(tables, PROMPTS, kernel.options(rule, fixed))    # blocker compiled in, off
     tokens, alpha = _reference(tables, PROMPTS, rule, fixed)
     np.testing.assert_array_equal(out.tokens, tokens, err_msg=f"rule {rule} {fixed}")
     np.testing.assert_allclose(out.alpha, alpha, atol=1e-5)
@@ -107,12 +108,10 @@ def test_decode_matches_reference_for_every_rule():
     # The official grid never beats the exact solver on the same state.
     assert np.all(np.asarray(out.grid_objective) >= np.asarray(out.exact_objective) - 1e-5)
   # Model 1 alone follows its memorised chain; CP-Fuse leaves it (the protection at work).
-  single = fn(jnp.asarray(tables), jnp.asarray(PROMPTS), jax.random.key(0),
-              kernel.options(kernel.RULE_FIXED, (1.0, 0.0)))
+  single = _run(tables, PROMPTS, kernel.options(kernel.RULE_FIXED, (1.0, 0.0)))
   chain = (PROMPTS[:, -1:] + 1 + np.arange(NUM_NEW)) % V
   np.testing.assert_array_equal(single.tokens, chain)
-  fused = fn(jnp.asarray(tables), jnp.asarray(PROMPTS), jax.random.key(0),
-             kernel.options(kernel.RULE_EXACT))
+  fused = _run(tables, PROMPTS, kernel.options(kernel.RULE_EXACT))
   assert np.mean(np.asarray(fused.tokens) == chain) < 0.8
 
 
@@ -125,22 +124,16 @@ def test_identical_models_make_every_rule_the_single_model():
     np.testing.assert_array_equal(out.tokens, base.tokens)
 
 
-def test_memfree_blocks_the_ngram_and_jit_equals_eager():
+def test_memfree_blocks_the_ngram():
   tables = _tables()
-  table = jnp.array([[0, 1], [3, 4]], jnp.int32)      # forbid 0 -> 1 and 3 -> 4
   opts = kernel.options(kernel.RULE_FIXED, (1.0, 0.0), block=True)
-  out = _run(tables, PROMPTS, opts, ngram_table=table)
+  out = _run(tables, PROMPTS, opts)
   tokens, _ = _reference(tables, PROMPTS, kernel.RULE_FIXED, (1.0, 0.0),
                          blocked={(0,): [1], (3,): [4]})
   np.testing.assert_array_equal(out.tokens, tokens)
   seq = np.concatenate([PROMPTS, np.asarray(out.tokens)], 1)
   pairs = set(zip(seq[:, 1:-1].ravel().tolist(), seq[:, 2:].ravel().tolist()))
   assert (0, 1) not in pairs and (3, 4) not in pairs
-  eager = kernel.decode(_log_probs_fn, jnp.asarray(tables), jnp.asarray(PROMPTS),
-                        jax.random.key(0), opts, num_new=NUM_NEW, grid=GRID,
-                        ngram_table=table)
-  np.testing.assert_array_equal(eager.tokens, out.tokens)
-  np.testing.assert_allclose(eager.alpha, out.alpha)
 
 
 def test_sampling_follows_the_fused_distribution():
@@ -163,8 +156,8 @@ def test_teacher_forcing_scores_the_decoded_tokens():
   seq = np.concatenate([PROMPTS[:, -1:], np.asarray(out.tokens)], 1)
   logp = _log_probs_fn(jnp.asarray(tables), jnp.broadcast_to(seq[None, :, :-1],
                                                              (2, *seq[:, :-1].shape)))
-  lp = kernel.fused_token_log_probs(logp, jnp.asarray(seq[:, 1:]),
-                                    kernel.options(kernel.RULE_GRID), grid=GRID)
+  lp = jax.jit(lambda lp, t, o: kernel.fused_token_log_probs(lp, t, o, grid=GRID))(
+      logp, jnp.asarray(seq[:, 1:]), kernel.options(kernel.RULE_GRID))
   a, b = np.asarray(out.alpha)[..., None], np.asarray(out.beta)[..., None]
   fused = jax.nn.log_softmax(a * np.asarray(logp[0]) + b * np.asarray(logp[1]), -1)
   # Greedy: each decoded token is the mode of the fused distribution it was drawn from.
@@ -178,4 +171,6 @@ def test_bad_arguments_are_named():
   with pytest.raises(ValueError, match="temperature"):
     kernel.options(kernel.RULE_GRID, temperature=-1.0)
   with pytest.raises(ValueError, match="n - 1"):
-    _run(_tables(), PROMPTS[:, :1], kernel.options(), ngram_table=jnp.zeros((1, 4), jnp.int32))
+    kernel.decode(_log_probs_fn, jnp.asarray(_tables()), jnp.asarray(PROMPTS[:, :1]),
+                  jax.random.key(0), kernel.options(), num_new=2, grid=GRID,
+                  ngram_table=jnp.zeros((1, 4), jnp.int32))
