@@ -4,9 +4,10 @@ r"""CP-Fuse speed: tokens/s of fused decoding (grid and exact rules) against one
   python benchmarks/cp_fuse.py --batch=256 --d_model=256 --layers=4      # GPU/TPU
 
 Every rule runs in the same compiled ``lax.scan`` (the rule is data): the fused step costs
-two model forwards plus the weight search (324 grid pairs x V, and ~40 bisection steps),
-the single-model row runs one model through the same loop with the same full-buffer
-recompute. Compile time is reported apart. The official code (jaabmar/cp_fuse, PyTorch/HF)
+two model forwards plus the weight search (324 grid pairs x V, and ~40 bisection steps).
+The single-model row runs one forward through the same loop (same full-buffer recompute);
+the loop still evaluates both weight searches for its diagnostics, so the row isolates the
+cost of the second forward, not of the search. Compile time is reported apart. The official code (jaabmar/cp_fuse, PyTorch/HF)
 needs torch and transformers, which are not installed here, and its ``_decode`` at HEAD does
 not terminate (brief, section 4), so only ours is timed.
 """
