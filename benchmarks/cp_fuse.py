@@ -7,7 +7,8 @@ Every rule runs in the same compiled ``lax.scan`` (the rule is data): the fused 
 two model forwards plus the weight search (324 grid pairs x V, and ~40 bisection steps).
 The single-model row runs one forward through the same loop (same full-buffer recompute);
 the loop still evaluates both weight searches for its diagnostics, so the row isolates the
-cost of the second forward, not of the search. Compile time is reported apart. The official code (jaabmar/cp_fuse, PyTorch/HF)
+cost of the second forward, not of the search. Compile time is reported apart. The
+official code (jaabmar/cp_fuse, PyTorch/HF)
 needs torch and transformers, which are not installed here, and its ``_decode`` at HEAD does
 not terminate (brief, section 4), so only ours is timed.
 """
@@ -52,7 +53,8 @@ def main():
     # One model through the same loop: its log-probs stand in for both slots, so only one
     # forward runs (log_probs of a [1, ...] stack broadcast to the pair).
     def one(p, tokens):
-      return jnp.broadcast_to(log_probs(p, tokens[:1]), (2, *tokens.shape, data.VOCAB_SIZE))
+      shape = (2, *tokens.shape[1:], data.VOCAB_SIZE)
+      return jnp.broadcast_to(log_probs(p, tokens[:1]), shape)
     return kernel.decode(one, params, x, key, opts, num_new=args.num_new, grid=grid)
 
   fused = jax.jit(lambda p, x, k, o: kernel.decode(log_probs, p, x, k, o,
