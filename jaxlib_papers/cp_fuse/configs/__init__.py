@@ -1,0 +1,1 @@
+"""CP-Fuse configs (``default.py:get_config(preset)``)."""

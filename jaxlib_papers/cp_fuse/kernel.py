@@ -1,0 +1,252 @@
+"""Pure kernels: training M language models in one program, and fused decoding as one scan.
+
+* :func:`make_lm_kernel`: a ``core.contract.TrainKernel`` whose state holds ``M = 2 *
+  num_pairs`` models stacked on a leading axis; one ``train_step`` vmaps the causal-LM loss
+  over the models (model m trains on ``batch[:, m]``).
+* :func:`decode`: one ``lax.scan`` over the new tokens for a pair of models. The rule is
+  data, not a Python branch, so every method shares one compiled program: ``RULE_FIXED``
+  (the single models with weights (1, 0) / (0, 1), CP-Delta with (c, 1 - c)),
+  ``RULE_GRID`` (the official CP-Fuse grid) or ``RULE_EXACT`` (the exact bisection
+  solver); greedy (temperature 0) or sampling; an optional MemFree-style n-gram blocker
+  (the blocked tokens are masked after fusing, so alpha = 0 never meets -inf).
+* :func:`fused_token_log_probs`: teacher forcing for held-out perplexity under any rule.
+
+No jit here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import chex
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxlib_papers.core import contract
+from jaxlib_papers.cp_fuse import fusion
+
+Array = jax.Array
+PyTree = Any
+
+RULE_FIXED, RULE_GRID, RULE_EXACT = 0, 1, 2
+
+
+class TrainState(NamedTuple):
+  step: Array        # [] int32
+  params: PyTree     # leaves [M, ...] float32: the M models' parameters
+  opt_state: PyTree  # leaves [M, ...]: their optimiser states
+
+
+def make_lm_kernel(model: nn.Module, optimizer: optax.GradientTransformation, *,
+                   num_models: int, seq_len: int) -> contract.TrainKernel:
+  """M causal LMs trained side by side (one vmapped step).
+
+  Args:
+    model: ``model.apply({"params": p}, tokens [B, T]) -> logits [B, T, V]``.
+    optimizer: applied to each model separately (vmapped).
+    num_models: M.
+    seq_len: T, the input length (a batch row holds T + 1 tokens).
+
+  Returns:
+    TrainKernel with ``train_step(state, batch [B, M, T + 1] int32)`` (metrics: ``loss``,
+    the mean next-token cross-entropy over the models, and ``loss_max``) and the extra
+    ``log_probs(params [M, ...], tokens [M, B, T]) -> [M, B, T, V]``.
+  """
+  if num_models <= 0 or seq_len <= 0:
+    raise ValueError(f"num_models and seq_len must be positive; got {num_models}, {seq_len}")
+
+  def init(key):
+    keys = jax.random.split(key, num_models)
+    dummy = jnp.zeros((1, seq_len), jnp.int32)
+    params = jax.vmap(lambda k: model.init(k, dummy)["params"])(keys)
+    return TrainState(jnp.zeros((), jnp.int32), params, jax.vmap(optimizer.init)(params))
+
+  def loss_one(params, tokens):
+    logits = model.apply({"params": params}, tokens[:, :-1])
+    return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]))
+
+  def update_one(params, opt_state, tokens):
+    loss, grads = jax.value_and_grad(loss_one)(params, tokens)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+  def train_step(state, batch):
+    chex.assert_rank(batch, 3)
+    chex.assert_type(batch, jnp.int32)
+    if batch.shape[1] != num_models or batch.shape[2] != seq_len + 1:
+      raise ValueError(f"batch must be [B, {num_models}, {seq_len + 1}]; got {batch.shape}")
+    params, opt_state, losses = jax.vmap(update_one, in_axes=(0, 0, 1))(
+        state.params, state.opt_state, batch)
+    return (TrainState(state.step + 1, params, opt_state),
+            {"loss": jnp.mean(losses), "loss_max": jnp.max(losses)})
+
+  def log_probs(params, tokens):
+    return jax.vmap(lambda p, t: jax.nn.log_softmax(model.apply({"params": p}, t), -1))(
+        params, tokens)
+
+  return contract.train_kernel(init, train_step, log_probs=log_probs)
+
+
+class DecodeOptions(NamedTuple):
+  """Traced (not static) settings of :func:`decode`: changing them does not recompile."""
+  rule: Array           # [] int32, RULE_FIXED | RULE_GRID | RULE_EXACT
+  fixed: Array          # [2] float32, (alpha, beta) of RULE_FIXED
+  temperature: Array    # [] float32, 0 = greedy
+  block: Array          # [] bool, apply the n-gram blocker
+
+
+def options(rule: int = RULE_GRID, fixed: tuple[float, float] = (0.5, 0.5),
+            temperature: float = 0.0, block: bool = False) -> DecodeOptions:
+  """Builds :class:`DecodeOptions` (validated)."""
+  if rule not in (RULE_FIXED, RULE_GRID, RULE_EXACT):
+    raise ValueError(f"rule must be RULE_FIXED, RULE_GRID or RULE_EXACT; got {rule}")
+  if temperature < 0:
+    raise ValueError(f"temperature must be >= 0; got {temperature}")
+  return DecodeOptions(jnp.int32(rule), jnp.asarray(fixed, jnp.float32),
+                       jnp.float32(temperature), jnp.asarray(block))
+
+
+class DecodeOutput(NamedTuple):
+  tokens: Array           # [B, N] int32, the new tokens
+  alpha: Array            # [B, N] float32, the weight of log p_1 used at each step
+  beta: Array             # [B, N] float32, the weight of log p_2
+  per_model: Array        # [B, N, 2] float32, F_i at the used weights
+  grid_objective: Array   # [B, N] float32, J at the grid optimum (same state)
+  exact_objective: Array  # [B, N] float32, J at the exact optimum (same state)
+  exact_lambda: Array     # [B, N] float32, the exact optimum's lam
+  history: Array          # [B, N + 1, 2] float32, S_i before each step (and at the end)
+
+
+def blocked_tokens(context: Array, ngram_table: Array, vocab_size: int) -> Array:
+  """MemFree: tokens that would complete an n-gram of ``ngram_table``.
+
+  Args:
+    context: [B, n - 1] the last n - 1 tokens; ngram_table: [K, n] int32.
+
+  Returns:
+    [B, V] bool.
+  """
+  match = jnp.all(context[:, None, :] == ngram_table[None, :, :-1], axis=-1)  # [B, K]
+  hits = match.astype(jnp.float32) @ jax.nn.one_hot(ngram_table[:, -1], vocab_size)
+  return hits > 0
+
+
+def decode(log_probs_fn: Callable[[PyTree, Array], Array], pair_params: PyTree,
+           prompts: Array, key: Array, opts: DecodeOptions, *, num_new: int,
+           grid: Array, ngram_table: Array | None = None,
+           bisection_iterations: int = 40) -> DecodeOutput:
+  """Decodes ``num_new`` tokens from a pair of models under one weight rule.
+
+  Each step recomputes both models on the whole (fixed-size) buffer, takes the last
+  position's log-probabilities, solves for (alpha, beta) with the rule of ``opts`` (the
+  grid and exact optima are always computed and reported), fuses ``alpha l_1 + beta l_2``,
+  masks blocked tokens, picks the argmax (temperature 0) or samples, and adds each
+  model's log-probability of the chosen token to its history S_i.
+
+  Args:
+    log_probs_fn: ``(params [2, ...], tokens [2, B, T]) -> [2, B, T, V]`` (the kernel's
+      ``log_probs``).
+    pair_params: the two models' parameters stacked on a leading axis of 2.
+    prompts: [B, P] int32 (P >= n - 1 when blocking).
+    key: typed PRNG key (used when sampling).
+    opts: :class:`DecodeOptions`.
+    num_new: N (static).
+    grid: [G] the official grid values (:func:`fusion.official_grid`).
+    ngram_table: [K, n] int32 n-grams to block, or None (no blocker compiled in).
+    bisection_iterations: halvings of the exact solver.
+
+  Returns:
+    :class:`DecodeOutput`.
+  """
+  chex.assert_rank(prompts, 2)
+  chex.assert_type(prompts, jnp.int32)
+  if num_new <= 0:
+    raise ValueError(f"num_new must be positive; got {num_new}")
+  batch, prompt_len = prompts.shape
+  if ngram_table is not None and prompt_len < ngram_table.shape[1] - 1:
+    raise ValueError(f"prompts must have at least n - 1 = {ngram_table.shape[1] - 1} "
+                     f"tokens for the n-gram blocker; got {prompt_len}")
+  total = prompt_len + num_new
+  buffer = jnp.concatenate([prompts, jnp.zeros((batch, num_new), jnp.int32)], axis=1)
+  pairs = fusion.grid_pairs(grid)
+
+  def step(carry, t):
+    buf, history, key = carry
+    pos = prompt_len + t - 1
+    inputs = jnp.broadcast_to(buf[None, :, :total - 1], (2, batch, total - 1))
+    logp = log_probs_fn(pair_params, inputs)                            # [2, B, T, V]
+    logp = jax.lax.dynamic_index_in_dim(logp, pos, axis=2, keepdims=False)  # [2, B, V]
+    l1, l2 = logp[0], logp[1]
+    by_grid = fusion.grid_solve(l1, l2, history, pairs)
+    by_exact = fusion.exact_solve(l1, l2, history, bisection_iterations)
+    alpha = jnp.select([opts.rule == RULE_GRID, opts.rule == RULE_EXACT],
+                       [by_grid.alpha, by_exact.alpha],
+                       jnp.broadcast_to(opts.fixed[0], (batch,)))
+    beta = jnp.select([opts.rule == RULE_GRID, opts.rule == RULE_EXACT],
+                      [by_grid.beta, by_exact.beta],
+                      jnp.broadcast_to(opts.fixed[1], (batch,)))
+    fused = alpha[:, None] * l1 + beta[:, None] * l2
+    if ngram_table is not None:
+      n = ngram_table.shape[1]
+      context = jax.lax.dynamic_slice_in_dim(buf, pos - (n - 2), n - 1, axis=1)
+      blocked = blocked_tokens(context, ngram_table, l1.shape[-1]) & opts.block
+      fused = jnp.where(blocked, -jnp.inf, fused)
+    key, sub = jax.random.split(key)
+    sampled = jax.random.categorical(
+        sub, fused / jnp.maximum(opts.temperature, 1e-6), axis=-1)
+    token = jnp.where(opts.temperature > 0, sampled, jnp.argmax(fused, axis=-1))
+    token = token.astype(jnp.int32)
+    buf = jax.lax.dynamic_update_slice_in_dim(buf, token[:, None], pos + 1, axis=1)
+    chosen = jnp.take_along_axis(logp, token[None, :, None], axis=-1)[..., 0]  # [2, B]
+    per_model = fusion.per_model_objective(alpha, beta, l1, l2, history)
+    out = (token, alpha, beta, per_model, by_grid.objective, by_exact.objective,
+           by_exact.alpha, history)
+    return (buf, history + chosen.T, key), out
+
+  init = (buffer, jnp.zeros((batch, 2), jnp.float32), key)
+  (_, final_history, _), outs = jax.lax.scan(step, init, jnp.arange(num_new))
+  tokens, alpha, beta, per_model, grid_obj, exact_obj, lam, history = jax.tree.map(
+      lambda x: jnp.moveaxis(x, 0, 1), outs)
+  history = jnp.concatenate([history, final_history[:, None]], axis=1)
+  return DecodeOutput(tokens, alpha, beta, per_model, grid_obj, exact_obj, lam, history)
+
+
+def fused_token_log_probs(logp_pair: Array, targets: Array, opts: DecodeOptions, *,
+                          grid: Array, bisection_iterations: int = 40) -> Array:
+  """Teacher forcing: log q_t(y_t) of the fused model along given sequences.
+
+  The history S_i at position t is the log-likelihood of targets[:, :t] under model i (the
+  whole target sequence counts as generated).
+
+  Args:
+    logp_pair: [2, B, T, V] the two models' next-token log-probabilities.
+    targets: [B, T] int32.
+    opts: the rule (temperature and blocking are ignored).
+    grid: [G] the official grid values.
+
+  Returns:
+    [B, T] float32.
+  """
+  chex.assert_rank([logp_pair, targets], [4, 2])
+  token_lp = jnp.take_along_axis(logp_pair, targets[None, ..., None], axis=-1)[..., 0]
+  history = jnp.cumsum(token_lp, axis=-1) - token_lp                     # [2, B, T]
+  history = jnp.moveaxis(history, 0, -1)                                  # [B, T, 2]
+  pairs = fusion.grid_pairs(grid)
+
+  def row(args):
+    l1, l2, hist, target = args                                           # [T, V] ..., [T]
+    by_grid = fusion.grid_solve(l1, l2, hist, pairs)
+    by_exact = fusion.exact_solve(l1, l2, hist, bisection_iterations)
+    alpha = jnp.select([opts.rule == RULE_GRID, opts.rule == RULE_EXACT],
+                       [by_grid.alpha, by_exact.alpha],
+                       jnp.broadcast_to(opts.fixed[0], target.shape))
+    beta = jnp.select([opts.rule == RULE_GRID, opts.rule == RULE_EXACT],
+                      [by_grid.beta, by_exact.beta],
+                      jnp.broadcast_to(opts.fixed[1], target.shape))
+    fused = jax.nn.log_softmax(alpha[:, None] * l1 + beta[:, None] * l2, axis=-1)
+    return jnp.take_along_axis(fused, target[:, None], axis=-1)[:, 0]
+
+  return jax.lax.map(row, (logp_pair[0], logp_pair[1], history, targets))
