@@ -58,41 +58,118 @@ def ocm_target(backbone_fn: Callable[[Array], tuple[Array, Array]], x_t: Array,
   return -sigma_t * jnp.mean(v_jv, axis=0), eps_hat, features
 
 
+PARAMETERISATIONS = ("linear", "exp", "softplus")
+HEAD_LOSSES = ("mse", "rmse", "nll")
+_SOFTPLUS_ONE = float(jnp.log(jnp.expm1(1.0)))  # softplus(raw + this) = 1 at raw = 0
+
+
+def head_variance(method: str, raw: Array, *, eps_hat: Array | None = None,
+                  param: str = "linear") -> Array:
+  """A head's estimate m of Var[eps | x_t] (= 1 + h) from its raw output (all [B, ...]).
+
+  ``param`` says what the head outputs:
+
+  * "linear" (the papers' heads): OCM outputs h (m = 1 + raw), NPR outputs
+    E[(eps - eps_hat)^2] (m = raw), SN outputs E[eps^2] (m = raw - eps_hat^2). m can be
+    negative, and a head's absolute error in m is what clips a small variance to 0.
+  * "exp": m = exp(raw) for every head; positive by construction, and a network error in raw
+    is a *relative* error in m, so small variances (small t, narrow modes) keep their
+    precision. (For SN this means E[eps^2] = eps_hat^2 + exp(raw).)
+  * "softplus": m = softplus(raw + log(e - 1)); positive, relative near 0, linear for large m.
+
+  Every parameterisation gives m = 1 at a zero-initialised head's raw = 0, except "linear"
+  for NPR / SN (the papers' initial value 0 / -eps_hat^2).
+  """
+  if param == "linear":
+    if method == "ocm":
+      return 1.0 + raw
+    if method == "npr":
+      return raw
+    if method == "sn":
+      return raw - jnp.square(eps_hat)
+    raise ValueError(f"head_variance: unknown head {method!r}; expected one of {HEADS}")
+  if method not in HEADS:
+    raise ValueError(f"head_variance: unknown head {method!r}; expected one of {HEADS}")
+  if param == "exp":
+    return jnp.exp(raw)
+  if param == "softplus":
+    return jax.nn.softplus(raw + _SOFTPLUS_ONE)
+  raise ValueError(f"param must be one of {PARAMETERISATIONS}, got {param!r}")
+
+
+def variance_targets(*, eps: Array, eps_hat: Array, ocm_target_value: Array | None
+                     ) -> dict[str, Array]:
+  """Each head's unbiased regression target y for m = Var[eps | x_t] (stop-gradient).
+
+  E[y | x_t] = Var[eps | x_t] for SN (eps^2 - eps_hat^2, exact for the optimal eps_hat) and
+  NPR ((eps - eps_hat)^2); for OCM y = 1 + sigma^2 v * (H_theta v), whose mean over the probe
+  is 1 + sigma^2 diag H_theta.
+  """
+  eps_hat = jax.lax.stop_gradient(eps_hat)
+  targets = {"sn": jnp.square(eps) - jnp.square(eps_hat),
+             "npr": jnp.square(eps - eps_hat)}
+  if ocm_target_value is not None:
+    targets["ocm"] = 1.0 + jax.lax.stop_gradient(ocm_target_value)
+  return targets
+
+
 def head_losses(heads: dict[str, Array], *, eps: Array, eps_hat: Array,
-                ocm_target_value: Array | None) -> dict[str, Array]:
-  """Mean squared regression losses of the heads present in ``heads`` (all [B, ...]).
+                ocm_target_value: Array | None, param: str = "linear",
+                loss: str = "mse") -> dict[str, Array]:
+  """Regression losses of the heads in ``heads`` (raw outputs, all [B, ...]).
+
+  Both losses are minimised by m = E[y | x_t], so both keep the paper's unbiased objective
+  (the probe noise and the eps noise average out; Banerjee et al. 2005, Bregman divergences):
+
+  * "mse": mean (m - y)^2, the paper's squared loss (with ``param="linear"`` exactly the
+    paper's ||h - sigma^2 v * Hv||^2, ||g - eps^2||^2, ||g - (eps - eps_hat)^2||^2).
+  * "rmse": mean (m - y)^2 / sg(m), a reweighted squared loss: for a weight that does not
+    depend on the head's gradient the fixed point is still m = E[y | x_t], and with
+    m = exp(raw) the gradient in raw is 2 (m - y) instead of mse's 2 (m - y) m, so small
+    variances are not learnt m times slower. Needs a positive parameterisation.
+  * "nll": mean (log m + y / m), the Bregman divergence of -log (the Gaussian negative
+    log-likelihood form). It is linear in y, so a noisy probe target stays unbiased, and its
+    gradient in log m is (1 - y / m): fully relative. A single negative target (the probe
+    target and SN's eps^2 - eps_hat^2 can be < 0) makes the per-sample loss unbounded below;
+    on gmm16 it diverged (NaN) within 20 steps. Needs a positive parameterisation.
 
   Targets are stop-gradient: only the heads learn.
   """
+  if loss not in HEAD_LOSSES:
+    raise ValueError(f"loss must be one of {HEAD_LOSSES}, got {loss!r}")
+  if loss != "mse" and param == "linear":
+    raise ValueError(f"loss={loss!r} needs a positive parameterisation "
+                     "(param 'exp' or 'softplus')")
+  targets = variance_targets(eps=eps, eps_hat=eps_hat, ocm_target_value=ocm_target_value)
   eps_hat = jax.lax.stop_gradient(eps_hat)
-  targets = {
-      "sn": jnp.square(eps),
-      "npr": jnp.square(eps - eps_hat),
-  }
-  if ocm_target_value is not None:
-    targets["ocm"] = jax.lax.stop_gradient(ocm_target_value)
   losses = {}
-  for name, pred in heads.items():
+  for name, raw in heads.items():
     if name not in targets:
       raise ValueError(f"no target for head {name!r} (OCM needs its probe target)")
-    losses[name] = jnp.mean(jnp.square(pred - targets[name]))
+    m = head_variance(name, raw, eps_hat=eps_hat, param=param)
+    y = targets[name]
+    if loss == "mse":
+      losses[name] = jnp.mean(jnp.square(m - y))
+    elif loss == "rmse":
+      losses[name] = jnp.mean(jnp.square(m - y) / jax.lax.stop_gradient(m))
+    else:
+      losses[name] = jnp.mean(jnp.log(m) + y / m)
   return losses
 
 
 def eps_variance(method: str, *, eps_hat: Array | None = None, head: Array | None = None,
-                 gamma: Array | None = None) -> Array:
+                 gamma: Array | None = None, param: str = "linear") -> Array:
   """The estimate of Var[eps | x_t] = 1 + h of a learned method.
 
   Args:
-    method: "ocm" (head = h), "sn" (head = E[eps^2]), "npr" (head = E[(eps - eps_hat)^2]),
-      "analytic" (gamma = E||eps_hat||^2 / d at this t), "exact" (head = h*).
+    method: "ocm" / "sn" / "npr" (head = the raw head output, read through ``param``, see
+      :func:`head_variance`), "analytic" (gamma = E||eps_hat||^2 / d at this t),
+      "exact" (head = h*).
   """
-  if method in ("ocm", "exact"):
+  if method in HEADS:
+    return head_variance(method, head, eps_hat=eps_hat, param=param)
+  if method == "exact":
     return 1.0 + head
-  if method == "sn":
-    return head - jnp.square(eps_hat)
-  if method == "npr":
-    return head
   if method == "analytic":
     return 1.0 - gamma
   raise ValueError(f"eps_variance: unknown method {method!r}")

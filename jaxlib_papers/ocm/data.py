@@ -12,18 +12,24 @@ import numpy as np
 
 from jaxlib_papers.ocm import gmm
 
-VECTOR_DATASETS = ("ring2d", "gmm16")
-IMAGE_DATASETS = ("cifar10",)
+VECTOR_DATASETS = ("ring2d", "gmm16", "gmm")
+IMAGE_DATASETS = ("cifar10", "digits")
 
 
 def make_mixture(config) -> gmm.GaussianMixture:
-  """The mixture named by ``config.data`` ("ring2d" or "gmm16")."""
+  """The mixture named by ``config.data``.
+
+  "ring2d": ``num_modes`` modes on a circle of ``radius``, std ``std``; "gmm" (and its
+  historical name "gmm16"): ``random_mixture(mixture_seed, num_modes, dim)`` with means in
+  [-radius, radius] and per-dimension stds uniform in ``std_range`` (anisotropic).
+  """
   name = config.data.name
   if name == "ring2d":
     return gmm.ring(config.data.num_modes, config.data.radius, config.data.std)
-  if name == "gmm16":
+  if name in ("gmm16", "gmm"):
     return gmm.random_mixture(config.data.mixture_seed, config.data.num_modes, config.data.dim,
-                              spread=config.data.radius)
+                              spread=config.data.radius,
+                              std_range=tuple(config.data.get("std_range", (0.05, 0.2))))
   raise ValueError(f"config.data.name must be one of {VECTOR_DATASETS}, got {name!r}")
 
 
@@ -62,6 +68,25 @@ def load_cifar10(split: str = "train", limit: int | None = None) -> np.ndarray:
     raise ValueError(f"cifar10 split {split!r} is empty")
   images = np.stack([np.asarray(source[i]["image"]) for i in range(num)])
   return images.astype(np.float32) / 127.5 - 1.0
+
+
+def load_digits(split: str = "train", num_eval: int = 297) -> np.ndarray:
+  """scikit-learn's 8x8 handwritten digits as float32 [M, 8, 8, 1] on the 8-bit grid of [-1, 1].
+
+  The 17 grey levels (0..16) are mapped to the nearest of 256 levels, so the discretised
+  decoder's bound is a bound on -log P of an 8-bit image, as for CIFAR-10. The last
+  ``num_eval`` images (a fixed split, no download: the set ships with scikit-learn) are the
+  "test" split, the rest "train".
+  """
+  from sklearn import datasets  # pylint: disable=g-import-not-at-top
+  images = datasets.load_digits().images                      # [1797, 8, 8] in 0..16
+  levels = np.round(images / 16.0 * 255.0)
+  x = (levels / 127.5 - 1.0).astype(np.float32)[..., None]
+  if split == "train":
+    return x[:-num_eval]
+  if split == "test":
+    return x[-num_eval:]
+  raise ValueError(f"digits split must be 'train' or 'test', got {split!r}")
 
 
 def image_source(images: np.ndarray, batch_size: int, seed: int, *, flip: bool = True

@@ -203,8 +203,9 @@ def _gauss_kl(mean_q, var_q, mean_p, var_p):
 
 
 def nelbo(predict: Predictor, schedule: Schedule, timesteps: np.ndarray, x0: Array,
-          key: Array, *, eta: float = 1.0, decoder_var: float | None = None,
-          clip_x0: float | None = None) -> tuple[Array, Array]:
+          key: Array, *, eta: float = 1.0, decoder_var: float | Array | None = None,
+          clip_x0: float | None = None, discrete_decoder: bool = False
+          ) -> tuple[Array, Array]:
   """The K-step negative ELBO of the skip-step model, per data point, in nats.
 
   -log p(x0) <= KL(q(x_N | x0) || N(0, I))
@@ -217,9 +218,13 @@ def nelbo(predict: Predictor, schedule: Schedule, timesteps: np.ndarray, x0: Arr
     timesteps: int [K] increasing, first 1 and last N.
     x0: [B, ...] data.
     eta: must be > 0 (q(x_s | x_t, x0) is a point mass at eta = 0).
-    decoder_var: overrides the variance of p(x0 | x_1) (DDPM's fixed beta~ has c = 0 there,
-      which would give an infinite bound; DDPM reuses the previous step's variance). A NaN
-      (possibly traced) means no override.
+    decoder_var: overrides the variance of p(x0 | x_1). The official protocol fixes it to
+      tilde_beta(1, 2) for every method (:func:`official_decoder_var`); without an override
+      the method's own x0-covariance at t_0 is used (DDPM's fixed beta~ has c = 0 there).
+      A NaN (possibly traced) means no override.
+    discrete_decoder: the decoder is the discretised Gaussian of 8-bit images in [-1, 1]
+      (bins of width 2/255, the outer bins open), as in DDPM and the official likelihood;
+      otherwise a continuous Gaussian density.
 
   Returns:
     (nelbo [B], terms [K + 1, B]: prior, K - 1 transitions (largest t first), decoder).
@@ -266,9 +271,41 @@ def nelbo(predict: Predictor, schedule: Schedule, timesteps: np.ndarray, x0: Arr
   # A method whose x0-covariance hits its clip at 0 would give log(0); the floor keeps the
   # bound finite (and huge), so such a failure shows as a number rather than a NaN.
   var = jnp.maximum(jnp.broadcast_to(var, x0.shape), 1e-12)
-  decoder = jnp.sum(0.5 * (jnp.log(2 * jnp.pi * var) + jnp.square(x0 - x0_hat) / var), axis=axes)
+  if discrete_decoder:
+    decoder = -jnp.sum(discretized_gaussian_log_prob(x0, x0_hat, var), axis=axes)
+  else:
+    decoder = jnp.sum(0.5 * (jnp.log(2 * jnp.pi * var) + jnp.square(x0 - x0_hat) / var),
+                      axis=axes)
   terms = jnp.concatenate([prior[None], trans, decoder[None]], axis=0)
   return jnp.sum(terms, axis=0), terms
+
+
+def discretized_gaussian_log_prob(x0: Array, mean: Array, var: Array,
+                                  num_bins: int = 256) -> Array:
+  """log P(x0) of a Gaussian discretised to ``num_bins`` levels of [-1, 1] (elementwise).
+
+  The bin of x0 is [x0 - 1/(num_bins - 1), x0 + 1/(num_bins - 1)], open to -inf / +inf at
+  the first / last level (DDPM's decoder).
+  """
+  half = 1.0 / (num_bins - 1)
+  inv_std = jax.lax.rsqrt(var)
+  upper = (x0 - mean + half) * inv_std
+  lower = (x0 - mean - half) * inv_std
+  log_cdf_upper = jax.scipy.stats.norm.logcdf(upper)
+  log_sf_lower = jax.scipy.stats.norm.logcdf(-lower)
+  # log(Phi(upper) - Phi(lower)) computed on the side of the smaller tail.
+  mid = jnp.where(
+      lower > 0,
+      log_sf_lower + jnp.log1p(-jnp.exp(jax.scipy.stats.norm.logcdf(-upper) - log_sf_lower)),
+      log_cdf_upper + jnp.log1p(-jnp.exp(jax.scipy.stats.norm.logcdf(lower) - log_cdf_upper)))
+  return jnp.where(x0 < -1 + half / 2, log_cdf_upper,
+                   jnp.where(x0 > 1 - half / 2, log_sf_lower, mid))
+
+
+def official_decoder_var(schedule: Schedule) -> float:
+  """tilde_beta(1, 2) = beta_2 sigma_1^2 / sigma_2^2: the official decoder variance."""
+  abar = schedule.abar
+  return float((1 - abar[2] / abar[1]) * (1 - abar[1]) / (1 - abar[2]))
 
 
 def beta_tilde_decoder_var(schedule: Schedule, timesteps: np.ndarray) -> float:

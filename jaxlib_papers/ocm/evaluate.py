@@ -79,16 +79,23 @@ def evaluate(methods: kernel.Methods, schedule: diffusion.Schedule, config, *,
   is_image = eval_data.ndim == 4
   bandwidths = None if reference is None else jnp.asarray(mmd_bandwidths(reference))
   k_nelbo, k_sample, k_noise, k_err = jax.random.split(key, 4)
+  decoder = ev.get("decoder", "official")
+  if decoder not in ("official", "method"):
+    raise ValueError(f"config.eval.decoder must be 'official' or 'method', got {decoder!r}")
+  quality_steps = tuple(ev.get("quality_steps", ev.sample_steps))
+  out["terms"] = {}
 
   for num_k in ev.sample_steps:
     ts = diffusion.skip_timesteps(int(num_k), schedule.num_steps)
     bt_var = diffusion.beta_tilde_decoder_var(schedule, ts)
+    official_var = diffusion.official_decoder_var(schedule)
 
     @jax.jit
     def nelbo_fn(idx, x0, k, decoder_var, ts=ts):
-      bound, _ = diffusion.nelbo(lambda x, t: predict(x, t, idx), schedule, ts, x0, k,
-                                 eta=ev.eta, decoder_var=decoder_var, clip_x0=clip_x0)
-      return jnp.mean(bound)
+      bound, terms = diffusion.nelbo(lambda x, t: predict(x, t, idx), schedule, ts, x0, k,
+                                     eta=ev.eta, decoder_var=decoder_var, clip_x0=clip_x0,
+                                     discrete_decoder=is_image)
+      return jnp.mean(bound), jnp.mean(terms, axis=1)
 
     @jax.jit
     def sample_fn(idx, x_T, k, eta, ts=ts):
@@ -97,25 +104,35 @@ def evaluate(methods: kernel.Methods, schedule: diffusion.Schedule, config, *,
 
     x_T = jax.random.normal(k_noise, (ev.num_samples, *eval_data.shape[1:]), eval_data.dtype)
     nel, mmd, mmd_ddim, fid, bpd = {}, {}, {}, {}, {}
+
+    terms = {}
     for idx, name in enumerate(names):
-      dv = bt_var if name == "beta_tilde" else math.nan
-      total = float(nelbo_fn(idx, eval_data, k_nelbo, dv))
+      if decoder == "official":  # tilde_beta(1, 2) for every method (official likelihood.py)
+        dv = official_var
+      else:
+        dv = bt_var if name == "beta_tilde" else math.nan
+      total, per_term = nelbo_fn(idx, eval_data, k_nelbo, dv)
+      total = float(total)
       nel[name] = total / dim
-      if is_image:  # uniform dequantisation of 8-bit data in [-1, 1]: bin width 2 / 255
-        bpd[name] = (total / dim + math.log(127.5)) / math.log(2.0)
-      samples = sample_fn(idx, x_T, k_sample, ev.eta)
-      if reference is not None:
-        mmd[name] = float(sample_mmd(samples, reference, bandwidths))
-        if num_k == ev.sample_steps[0]:  # DDIM row and plots at the first K only
-          samples_ddim = sample_fn(idx, x_T, k_sample, ev.ddim_eta)
-          mmd_ddim[name] = float(sample_mmd(samples_ddim, reference, bandwidths))
-          out["samples"].setdefault(int(num_k), {})[name] = np.asarray(samples)
-      if fid_fn is not None:
-        fid[name] = float(fid_fn(np.asarray(samples)))
+      terms[name] = [float(v) / dim for v in np.asarray(per_term)]
+      if is_image:  # the discretised decoder makes the bound a bound on -log P(8-bit image)
+        bpd[name] = total / dim / math.log(2.0)
+      if int(num_k) in quality_steps:
+        samples = sample_fn(idx, x_T, k_sample, ev.eta)
+        if reference is not None:
+          mmd[name] = float(sample_mmd(samples, reference, bandwidths))
+          if num_k == quality_steps[0]:  # DDIM row and plots at the first K only
+            samples_ddim = sample_fn(idx, x_T, k_sample, ev.ddim_eta)
+            mmd_ddim[name] = float(sample_mmd(samples_ddim, reference, bandwidths))
+            out["samples"].setdefault(int(num_k), {})[name] = np.asarray(samples)
+        if fid_fn is not None:
+          fid[name] = float(fid_fn(np.asarray(samples)))
       if verbose:
         print(f"[ocm eval] K={num_k} {name:>10s}: NELBO {nel[name]:.4f} nats/dim"
               + (f", MMD {mmd[name]:.2e}" if name in mmd else ""), flush=True)
+
     out["nelbo"][int(num_k)] = nel
+    out["terms"][int(num_k)] = terms
     for field, value in (("mmd", mmd), ("mmd_ddim", mmd_ddim), ("fid", fid), ("bpd", bpd)):
       if value:
         out[field][int(num_k)] = value

@@ -135,11 +135,15 @@ def make_dsm_kernel(model: nn.Module, schedule: diffusion.Schedule,
 def make_head_kernel(model: nn.Module, head_model: nn.Module, schedule: diffusion.Schedule,
                      optimizer: optax.GradientTransformation, example_x: Array,
                      backbone_params: PyTree, *, heads: Sequence[str] = covariance.HEADS,
-                     num_probes: int = 1, ema_decay: float = 0.999) -> Kernel:
+                     num_probes: int = 1, ema_decay: float = 0.999, param: str = "linear",
+                     loss: str = "mse") -> Kernel:
   """Trains the covariance heads on the frozen backbone.
 
-  OCM loss: || h_phi(x_t, t) - sg[sigma_t^2 v * (H_theta v)] ||^2 with v Rademacher
-  (``num_probes`` per sample, averaged); SN: || g - eps^2 ||^2; NPR: || g - (eps - eps_hat)^2 ||^2.
+  Each head estimates m = Var[eps | x_t] from the target y (see
+  :func:`covariance.head_losses`): OCM y = 1 + sg[sigma_t^2 v * (H_theta v)] with v
+  Rademacher (``num_probes`` per sample, averaged); SN y = eps^2 - eps_hat^2; NPR
+  y = (eps - eps_hat)^2. ``param="linear", loss="mse"`` is the paper's
+  || h_phi - sigma_t^2 v * (H_theta v) ||^2 (and SN's, NPR's squared losses).
 
   Args:
     model: the backbone (its params are frozen: they live in the state but get no update).
@@ -149,7 +153,16 @@ def make_head_kernel(model: nn.Module, head_model: nn.Module, schedule: diffusio
     num_probes: Rademacher probes per sample for the OCM target.
     ema_decay: decay of the heads' parameter EMA. The regression targets are noisy (probe
       noise, eps noise), so the averaged iterate is the better estimate of the minimiser.
+    param: what the heads output, one of ``covariance.PARAMETERISATIONS``.
+    loss: "mse" or "nll" (``covariance.HEAD_LOSSES``); both are minimised by E[y | x_t].
   """
+  if param not in covariance.PARAMETERISATIONS:
+    raise ValueError(f"param must be one of {covariance.PARAMETERISATIONS}, got {param!r}")
+  if loss not in covariance.HEAD_LOSSES:
+    raise ValueError(f"loss must be one of {covariance.HEAD_LOSSES}, got {loss!r}")
+  if loss != "mse" and param == "linear":
+    raise ValueError(f"loss={loss!r} needs a positive parameterisation (param 'exp' or "
+                     "'softplus')")
   if not 0.0 <= ema_decay < 1.0:
     raise ValueError(f"ema_decay must be in [0, 1), got {ema_decay}")
   heads = tuple(heads)
@@ -184,7 +197,7 @@ def make_head_kernel(model: nn.Module, head_model: nn.Module, schedule: diffusio
     features = jax.lax.stop_gradient(features)
     preds = {name: head_model.apply(params[name], features) for name in heads}
     losses = covariance.head_losses(preds, eps=noise, eps_hat=eps_hat,
-                                    ocm_target_value=target)
+                                    ocm_target_value=target, param=param, loss=loss)
     return sum(losses.values()), losses
 
   def train_step(state: HeadState, batch: Array) -> tuple[HeadState, dict[str, Array]]:
@@ -240,6 +253,7 @@ class Methods(NamedTuple):
   gamma: Array | None = None             # [N + 1] Analytic-DPM table
   oracle: Any = None                     # gmm.GMMOracle for the "exact" row
   max_var: float = 1.0
+  head_param: str = "linear"             # what the heads output (covariance.PARAMETERISATIONS)
 
 
 def eps_variance_fn(methods: Methods, method: str, schedule: diffusion.Schedule
@@ -251,7 +265,8 @@ def eps_variance_fn(methods: Methods, method: str, schedule: diffusion.Schedule
     eps_hat, features = methods.model.apply(methods.backbone, x_t, tb)
     if method in covariance.HEADS:
       head = methods.head_model.apply(methods.head_params[method], features)
-      return eps_hat, covariance.eps_variance(method, eps_hat=eps_hat, head=head)
+      return eps_hat, covariance.eps_variance(method, eps_hat=eps_hat, head=head,
+                                              param=methods.head_param)
     if method == "analytic":
       return eps_hat, covariance.eps_variance("analytic", gamma=methods.gamma[t])
     if method == "exact":

@@ -79,14 +79,19 @@ def build(config: ml_collections.ConfigDict):
   elif name in data_lib.IMAGE_DATASETS:
     if m.kind != "unet":
       raise ValueError(f"config.model.kind must be 'unet' for images, got {m.kind!r}")
-    limit = None if config.data.train_limit < 0 else config.data.train_limit
-    images = data_lib.load_cifar10("train", limit)
-    eval_data = data_lib.load_cifar10(config.data.eval_split, config.eval.num_nelbo)
+    if name == "cifar10":
+      limit = None if config.data.train_limit < 0 else config.data.train_limit
+      images = data_lib.load_cifar10("train", limit)
+      eval_data = data_lib.load_cifar10(config.data.eval_split, config.eval.num_nelbo)
+    else:  # digits: 8x8 grey images shipped with scikit-learn (the cpu-size image path)
+      images = data_lib.load_digits("train")
+      eval_data = data_lib.load_digits("test")[:config.eval.num_nelbo]
     reference, oracle, mix = None, None, None
     model = models.UNet(base_channels=m.base_channels, channel_mults=tuple(m.channel_mults),
                         blocks_per_level=m.blocks_per_level)
     head_model = models.ImageHead(out_channels=images.shape[-1], hidden=m.head_hidden)
-    make_source = lambda batch, seed: data_lib.image_source(images, batch, seed)
+    flip = name == "cifar10"  # digits are not mirror-symmetric
+    make_source = lambda batch, seed: data_lib.image_source(images, batch, seed, flip=flip)
     shape = images.shape[1:]
   else:
     raise ValueError(f"config.data.name must be one of "
@@ -97,7 +102,8 @@ def build(config: ml_collections.ConfigDict):
 
 def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = None, *,
         fid_fn: Callable[[np.ndarray], float] | None = None, evaluate_methods: bool = True,
-        verbose: bool | None = None, mesh: jax.sharding.Mesh | None = None) -> dict[str, Any]:
+        verbose: bool | None = None, mesh: jax.sharding.Mesh | None = None,
+        backbone: Any = None) -> dict[str, Any]:
   """Trains the backbone and the heads, then evaluates every covariance method.
 
   Args:
@@ -106,6 +112,9 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
     fid_fn: optional ``images [n, H, W, C] in [-1, 1] -> FID`` (image data only).
     evaluate_methods: False stops after training (benchmarks, tests of the training path).
     mesh: the training mesh (default: every device).
+    backbone: trained eps-network params (e.g. ``run(...)["backbone"]`` of a run with the
+      same data / schedule / model / dsm config): skips the DSM stage, so several head
+      settings share one backbone.
 
   Returns:
     dict with "dsm_history", "head_history", "backbone", "head_params", "gamma", "trained"
@@ -126,16 +135,21 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
   dsm_data = _chunk(parts["make_source"](d.batch_size, config.seed), d.steps_per_call,
                     d.batch_size)
   dsm_config = _stage_config(config, "loop", ("data", "schedule", "model", "dsm"))
-  dsm = train_loop.run(dsm_kernel, dsm_data, dsm_config,
-                       None if workdir is None else workdir / "dsm", mesh=mesh, name="ocm/dsm")
-  backbone = jax.device_get(dsm.state.ema_params)
+  if backbone is None:
+    dsm = train_loop.run(dsm_kernel, dsm_data, dsm_config,
+                         None if workdir is None else workdir / "dsm", mesh=mesh,
+                         name="ocm/dsm")
+    backbone = jax.device_get(dsm.state.ema_params)
+    dsm_history = dsm.history
+  else:
+    dsm_history = []
 
   h = config.heads
   head_total = config.head_loop.num_steps * h.steps_per_call
   head_kernel = kernel.make_head_kernel(
       model, head_model, schedule, _optimizer(h.lr, h.warmup_steps, head_total, 1.0),
       example_x, backbone, heads=tuple(h.names), num_probes=h.num_probes,
-      ema_decay=h.ema_decay)
+      ema_decay=h.ema_decay, param=h.param, loss=h.loss)
   head_data = _chunk(parts["make_source"](h.batch_size, config.seed + 1), h.steps_per_call,
                      h.batch_size)
   head_config = _stage_config(config, "head_loop",
@@ -147,7 +161,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
   head_params = jax.device_get(heads.state.ema_params)
 
   result: dict[str, Any] = {
-      "dsm_history": dsm.history, "head_history": heads.history,
+      "dsm_history": dsm_history, "head_history": heads.history,
       "backbone": backbone, "head_params": head_params, "model": model,
       "head_model": head_model, "schedule": schedule, "mixture": parts["mixture"],
   }
@@ -164,7 +178,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
                                                        gamma_ts))(gamma_data, k_gamma)
   methods = kernel.Methods(model=model, backbone=backbone, head_model=head_model,
                            head_params=head_params, gamma=gamma, oracle=parts["oracle"],
-                           max_var=config.eval.max_var)
+                           max_var=config.eval.max_var, head_param=h.param)
   result["gamma"] = None if gamma is None else np.asarray(gamma)
   result["trained"] = methods
   result.update(evaluate.evaluate(methods, schedule, config, eval_data=parts["eval_data"],

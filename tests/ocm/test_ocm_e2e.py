@@ -37,7 +37,7 @@ def test_cifar10_full_path_on_mock_data():
       "model.head_hidden": 8, "data.train_limit": 16,
       "dsm.batch_size": 8, "dsm.steps_per_call": 1, "heads.batch_size": 8,
       "heads.steps_per_call": 1, "heads.names": ("ocm",),
-      "eval.sample_steps": (2,), "eval.methods": ("ocm",),
+      "eval.sample_steps": (2,), "eval.quality_steps": (2,), "eval.methods": ("ocm",),
       "eval.num_nelbo": 8, "eval.num_samples": 8, "eval.analytic_samples": 8,
       # No DSM step (its UNet backward only costs compile time; the DSM kernel is tested on
       # the MLP); one OCM head step, whose jvp runs through the UNet.

@@ -224,3 +224,127 @@ def test_gaussian_data_ocm_head_then_sampler(schedule):
                                atol=4 * float(std.max()) / np.sqrt(n))
     # Var of a sample variance ~ 2 s^4 / n; the last (mean) step removes Var[x0|x_1] ~ 1e-4.
     np.testing.assert_allclose(samples.var(0), std**2, rtol=4 * np.sqrt(2 / n) + 2e-3)
+
+
+def test_gaussian_data_nelbo_with_official_decoder(schedule):
+  """The official protocol fixes the decoder variance to tilde_beta(1, 2) for every method.
+
+  With exact eps and covariance the bound then exceeds E[-log q(x0)] by exactly the decoder's
+  KL(q(x0 | x_1) || N(E[x0 | x_1], tilde_beta(1, 2))), known in closed form for Gaussian data.
+  """
+  with enable_x64():
+    data = _gaussian(jnp.float64)
+    oracle = gmm.GMMOracle(data, schedule.abar)
+    abar = jnp.asarray(schedule.abar)
+
+    def predict(x_t, t):
+      eps, h = oracle.eps_and_h(x_t, t)
+      return eps, covariance.x0_covariance("exact", abar[t], eps_var=1 + h, max_var=10.0)
+
+    v = diffusion.official_decoder_var(schedule)
+    b = schedule.abar
+    assert v == pytest.approx(
+        schedule.betas[2] * (1 - b[1]) / (1 - b[2]), rel=1e-12)
+    x0 = gmm.sample(data, jax.random.key(1), 4000)
+    ts = diffusion.skip_timesteps(10, 1000)
+    bound, terms = jax.jit(lambda x, k: diffusion.nelbo(predict, schedule, ts, x, k,
+                                                        decoder_var=v))(x0, jax.random.key(2))
+    gap = bound + gmm.log_prob(data, x0)
+    s2 = data.stds[0] ** 2
+    post_var = 1.0 / (1.0 / s2 + b[1] / (1 - b[1]))          # Var[x0 | x_1] per dim
+    r = post_var / v
+    expected = float(jnp.sum(0.5 * (r - 1.0 - jnp.log(r))))
+    assert expected > 0.1  # the fixed decoder is a real (measurable) handicap here
+    assert abs(float(gap.mean()) - expected) < 4 * float(gap.std()) / np.sqrt(4000) + 1e-3
+    # The decoder term alone: E[-log N(x0; x0_hat, v)] = 0.5 sum(log(2 pi v) + post_var / v).
+    dec = float(terms[-1].mean())
+    assert dec == pytest.approx(float(jnp.sum(0.5 * (jnp.log(2 * jnp.pi * v) + r))), abs=0.05)
+
+
+def test_discretized_gaussian_decoder_is_a_distribution():
+  with enable_x64():
+    levels = jnp.linspace(-1.0, 1.0, 256)
+    means = jnp.array([0.3, -0.99, 1.2, 0.0])[:, None]
+    variances = jnp.array([1e-3, 0.05, 0.5, 1e-7])[:, None]
+    logp = jax.jit(diffusion.discretized_gaussian_log_prob)(levels, means, variances)
+    np.testing.assert_allclose(jnp.sum(jnp.exp(logp), axis=1), 1.0, rtol=1e-9)
+    # An inner bin is Phi(upper) - Phi(lower).
+    x, mean, std = levels[100], 0.1, 0.2
+    ref = (jax.scipy.stats.norm.cdf((x - mean + 1 / 255) / std)
+           - jax.scipy.stats.norm.cdf((x - mean - 1 / 255) / std))
+    got = diffusion.discretized_gaussian_log_prob(x, jnp.asarray(mean), jnp.asarray(std**2))
+    np.testing.assert_allclose(jnp.exp(got), ref, rtol=1e-9)
+
+
+@pytest.mark.parametrize("param", ["exp", "softplus"])
+def test_positive_head_parameterisation(param):
+  with enable_x64():
+    raw = jnp.array([[-40.0, -3.0, 0.0, 2.0, 30.0]], jnp.float64)
+    eps_hat = jnp.full_like(raw, 0.7)
+    for name in covariance.HEADS:
+      m = covariance.head_variance(name, raw, eps_hat=eps_hat, param=param)
+      assert bool(jnp.all(m > 0)), (name, m)
+      assert float(m[0, 2]) == pytest.approx(1.0)   # zero-init head: Var = 1
+      # Relative precision near 0: a raw error du is a relative error ~ du in m.
+      dm = covariance.head_variance(name, raw + 1e-6, eps_hat=eps_hat, param=param) / m - 1
+      assert float(dm[0, 1]) == pytest.approx(1e-6, rel=0.1)
+    with pytest.raises(ValueError, match="param must be one of"):
+      covariance.head_variance("ocm", raw, param="square")
+    with pytest.raises(ValueError, match="positive parameterisation"):
+      covariance.head_losses({"ocm": raw}, eps=raw, eps_hat=raw, ocm_target_value=raw,
+                             param="linear", loss="nll")
+
+
+def test_head_losses_linear_mse_is_the_papers_loss():
+  k1, k2, k3, k4 = jax.random.split(jax.random.key(0), 4)
+  shape = (8, 3)
+  raw = {n: jax.random.normal(k, shape) for n, k in zip(covariance.HEADS, (k1, k2, k3))}
+  eps, eps_hat, target = jax.random.normal(k4, (3, *shape))
+  got = covariance.head_losses(raw, eps=eps, eps_hat=eps_hat, ocm_target_value=target)
+  np.testing.assert_allclose(got["ocm"], jnp.mean((raw["ocm"] - target) ** 2), rtol=1e-5)
+  np.testing.assert_allclose(got["sn"], jnp.mean((raw["sn"] - eps**2) ** 2), rtol=1e-5)
+  np.testing.assert_allclose(got["npr"], jnp.mean((raw["npr"] - (eps - eps_hat) ** 2) ** 2),
+                             rtol=1e-5)
+
+
+@pytest.mark.parametrize("param,loss", [("exp", "nll"), ("softplus", "nll"), ("exp", "rmse"),
+                                        ("softplus", "mse")])
+def test_positive_head_losses_unbiased_gradient_and_jit(param, loss):
+  with enable_x64():
+    key = jax.random.key(1)
+    # Noisy targets with a small mean (some negative, like the probe target): the loss's
+    # minimiser (fixed point for rmse) over a constant head is still the mean.
+    y = 0.02 + 0.05 * jax.random.normal(key, (20000, 1), jnp.float64)
+    assert float(jnp.mean(y < 0)) > 0.2
+
+    def loss_fn(u):
+      raw = jnp.broadcast_to(u, y.shape)
+      return covariance.head_losses({"ocm": raw}, eps=y, eps_hat=y,
+                                    ocm_target_value=y - 1.0, param=param, loss=loss)["ocm"]
+
+    # A short-memory Adam: rmse's gradient shrinks with the absolute error.
+    opt = optax.adam(optax.cosine_decay_schedule(0.05, 1000), b2=0.9)
+    grad = jax.grad(loss_fn)
+
+    def step(carry, _):
+      u, state = carry
+      updates, state = opt.update(grad(u), state)
+      return (optax.apply_updates(u, updates), state), None
+
+    u = jnp.zeros((1, 1), jnp.float64)
+    (u, _), _ = jax.jit(lambda u: jax.lax.scan(step, (u, opt.init(u)), length=1000))(u)
+    grad = jax.jit(grad)
+    m = covariance.head_variance("ocm", u, param=param)
+    np.testing.assert_allclose(m, jnp.mean(y), rtol=1e-3)
+    # Finite-difference gradient (float64) at a generic point, and jit == eager. rmse's
+    # weight 1 / sg(m) is held at its value at u0.
+    u0 = jnp.array([[-1.3]], jnp.float64)
+    m0 = covariance.head_variance("ocm", u0, param=param)
+    ref = {"nll": lambda v: jnp.mean(jnp.log(v) + y / v),
+           "mse": lambda v: jnp.mean((v - y) ** 2),
+           "rmse": lambda v: jnp.mean((v - y) ** 2) / m0[0, 0]}[loss]
+    f = lambda u: ref(covariance.head_variance("ocm", u, param=param))
+    fd = (f(u0 + 1e-6) - f(u0 - 1e-6)) / 2e-6
+    np.testing.assert_allclose(grad(u0)[0, 0], fd, rtol=1e-6)
+    np.testing.assert_allclose(loss_fn(u0), f(u0), rtol=1e-12)
+    np.testing.assert_allclose(jax.jit(loss_fn)(u0), loss_fn(u0), rtol=1e-12)

@@ -17,12 +17,13 @@ from jaxlib_papers.core.config import make_config
 _BASE = dict(
     seed=0,
     data=dict(
-        name="ring2d",            # "ring2d" | "gmm16" | "cifar10"
+        name="ring2d",            # "ring2d" | "gmm" (alias "gmm16") | "cifar10"
         num_modes=8,
         radius=0.8,               # ring radius (ring2d) / spread of the means (gmm16)
         std=0.1,                  # component std (ring2d)
-        dim=16,                   # gmm16 dimension
-        mixture_seed=0,           # gmm16 mixture
+        dim=16,                   # gmm dimension
+        mixture_seed=0,           # gmm mixture
+        std_range=(0.05, 0.2),    # gmm per-dimension component stds (uniform)
         train_limit=-1,           # cifar10: number of train images to read (-1: all)
         eval_split="test",        # cifar10 split for the NELBO
     ),
@@ -36,16 +37,23 @@ _BASE = dict(
     dsm=dict(batch_size=256, lr=1e-3, warmup_steps=200, grad_clip=1.0, ema_decay=0.998,
              steps_per_call=10),
     heads=dict(names=("ocm", "sn", "npr"), num_probes=1, batch_size=256, lr=1e-3,
-               warmup_steps=100, ema_decay=0.995, steps_per_call=10),
+               warmup_steps=100, ema_decay=0.995, steps_per_call=10,
+               # What the heads output: "linear" (the paper's h / E[eps^2] / E[(eps-eps_hat)^2])
+               # or "exp" / "softplus" (Var[eps | x_t] positive, relative precision).
+               param="exp",
+               loss="rmse"),  # "mse" (the paper's) | "rmse" | "nll" (covariance.head_losses)
     eval=dict(
-        sample_steps=(10, 20, 50),
+        sample_steps=(5, 10, 20),
+        quality_steps=(10,),      # the K's with samples (MMD / FID)
+        decoder="official",       # p(x0 | x_1) variance: "official" tilde_beta(1, 2) for
+                                  # every method, or "method" (each method's own)
         eta=1.0,                  # 1 = DDPM sampler (the NELBO needs eta > 0)
         ddim_eta=0.0,             # an extra DDIM sample-quality row at this eta
         methods=("beta_tilde", "beta", "analytic", "sn", "npr", "ocm", "exact"),
         num_nelbo=4000,
         num_samples=2000,
         analytic_samples=2000,
-        error_timesteps=(50, 100),
+        error_timesteps=(54, 112, 251, 500),  # incl. the smallest skip step of K = 20, 10, 5
         error_samples=4000,
         max_var=1.0,              # x0-covariance clip (data in [-1, 1])
         clip_x0=-1.0,             # > 0: clip x0_hat to [-clip, clip] (images use 1)
@@ -80,7 +88,7 @@ _OVERRIDES = {
         "heads.batch_size": 128, "heads.lr": 1e-4, "heads.warmup_steps": 1000,
         "heads.ema_decay": 0.9999,
         "heads.steps_per_call": 100,
-        "eval.sample_steps": (10, 25, 50),
+        "eval.sample_steps": (10, 25, 50), "eval.quality_steps": (10, 25, 50),
         "eval.methods": ("beta_tilde", "beta", "analytic", "sn", "npr", "ocm"),
         "eval.num_nelbo": 10000, "eval.num_samples": 10000, "eval.analytic_samples": 5000,
         "eval.error_timesteps": (), "eval.clip_x0": 1.0,

@@ -1,0 +1,44 @@
+"""OCM on scikit-learn's 8x8 digits: the image path (UNet backbone, convolutional heads, the
+OCM probe target through the UNet, the discretised decoder and bits/dim) at CPU size.
+
+``get_config(preset)``: the ``default.py`` preset plus the digits overrides below.
+
+  python -m launch.ocm --config=jaxlib_papers/ocm/configs/digits.py:cpu --workdir=runs/ocm_digits
+"""
+
+from __future__ import annotations
+
+from jaxlib_papers.ocm.configs import default
+
+_DIGITS = {
+    "data.name": "digits",
+    "model.kind": "unet", "model.base_channels": 16, "model.channel_mults": (1, 2),
+    "model.blocks_per_level": 1, "model.head_hidden": 16,
+    "dsm.batch_size": 64, "dsm.lr": 2e-3, "dsm.warmup_steps": 100, "dsm.ema_decay": 0.995,
+    "heads.batch_size": 64, "heads.lr": 1e-3, "heads.warmup_steps": 50,
+    "eval.sample_steps": (5, 10, 20), "eval.quality_steps": (),
+    "eval.methods": ("beta_tilde", "beta", "analytic", "sn", "npr", "ocm"),
+    "eval.num_nelbo": 297, "eval.num_samples": 64, "eval.analytic_samples": 297,
+    "eval.error_timesteps": (), "eval.clip_x0": 1.0,
+    "loop.num_steps": 100, "head_loop.num_steps": 50,
+}
+
+_SMOKE = {
+    "model.base_channels": 8, "model.head_hidden": 8, "dsm.batch_size": 16,
+    "heads.batch_size": 16, "dsm.steps_per_call": 2, "heads.steps_per_call": 2,
+    "eval.sample_steps": (5,), "eval.num_nelbo": 32, "eval.analytic_samples": 32,
+    "eval.num_samples": 8,
+    "loop.num_steps": 2, "head_loop.num_steps": 2,
+}
+
+
+def get_config(preset: str = "cpu"):
+  """The digits config of ``preset`` (smoke | cpu | full; full = cpu here)."""
+  config = default.get_config("cpu" if preset == "full" else preset)
+  items = dict(_DIGITS)
+  if preset == "smoke":
+    items.update(_SMOKE)
+  for dotted, value in items.items():
+    group, name = dotted.split(".")
+    config[group][name] = value
+  return config
