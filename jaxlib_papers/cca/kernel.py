@@ -31,8 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxlib_papers.core import contract
 from jaxlib_papers.cca import models
+from jaxlib_papers.core import contract
 
 Array = jax.Array
 PyTree = Any

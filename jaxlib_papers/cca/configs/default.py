@@ -45,10 +45,10 @@ _BASE = dict(
 _OVERRIDES = {
     "smoke": {
         "num_seeds": 2,
-        "model.width": 32, "model.mlp": 64,
-        "align.lambdas": (0.0, 30.0), "align.epochs": 0.25,
-        "eval.samples_per_class": 10, "eval.cfg_scales": (1.0,),
-        "loop.num_steps": 40, "loop.log_every": 20, "loop.checkpoint_every": 40,
+        "model.width": 16, "model.depth": 1, "model.heads": 2, "model.mlp": 32,
+        "align.lambdas": (0.0, 30.0), "align.epochs": 0.1,
+        "eval.samples_per_class": 8, "eval.cfg_scales": (1.0,),
+        "loop.num_steps": 30, "loop.log_every": 10, "loop.checkpoint_every": 30,
         "loop.quiet": True, "align_loop.quiet": True,
     },
     "cpu": {},
