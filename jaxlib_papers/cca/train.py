@@ -167,6 +167,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
     raise ValueError(f"config.num_seeds must be >= 1, got {config.num_seeds}")
   workdir = None if workdir is None else pathlib.Path(workdir)
   timing = {}
+  cpu_start = time.process_time()
   digits = data_lib.load(config.data.levels, config.data.test_size, config.data.split_seed)
   t0 = time.perf_counter()
   base_params, pre_history, test_nll = pretrain(config, digits, workdir, mesh)
@@ -186,6 +187,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
     rows = [evaluator(tokens, labels) for tokens in per_seed]
     metrics[name] = {k: np.array([r[k] for r in rows]) for k in rows[0]}
   timing["evaluate"] = time.perf_counter() - t0
+  timing["cpu_total"] = time.process_time() - cpu_start   # CPU seconds, all threads
   result = dict(metrics=metrics, samples=samples, labels=labels, lambdas=lambdas,
                 main_lambda=float(config.align.main_lambda), pretrain_history=pre_history,
                 align_history=align_history, base_params=base_params,
