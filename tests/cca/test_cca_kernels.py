@@ -190,24 +190,34 @@ def test_bad_settings_and_inputs_raise():
     data.quantise(np.zeros(3), 1)
 
 
-def _pretrain_run(mesh, num_steps=2):
-  tokens = np.random.default_rng(0).integers(0, 3, (64, 6)).astype(np.int32)
-  labels = (np.arange(64) % 10).astype(np.int32)
-  source = data.epoch_source(tokens, labels, 16, [0, 1])
+def _align_run(mesh, num_steps=3):
+  """Two CCA runs (lambda 1 and 30) of the toy model from one reference, rolled negatives."""
+  refs = jax.tree.map(lambda x: np.repeat(np.asarray(x, np.float32)[None], 2, 0),
+                      toy.tabular_params(toy.TOY_CONDITIONALS))
+  settings = kernel.AlignSettings(beta=1.0, uncond_ratio=0.1, negatives="roll", null_label=1)
   # SGD: Adam's normalisation would amplify float-rounding differences of near-zero grads.
-  tk = kernel.make_pretrain_kernel(TINY, optax.sgd(0.5), num_runs=2)
+  tk = kernel.make_align_kernel(toy.tabular_logprob, optax.sgd(0.5), settings, refs, [1., 30.])
+  def source(step):
+    rng = np.random.default_rng(step)
+    return {"tokens": rng.integers(0, 2, (16, 2, 2)).astype(np.int32),
+            "labels": rng.integers(0, 2, (16, 2)).astype(np.int32)}
   config = ml_collections.ConfigDict({"seed": 0, "loop": {"num_steps": num_steps,
                                                           "quiet": True}})
   return train_loop.run(tk, source, config, None, mesh=mesh)
 
 
-def test_pretrain_sharded_equals_single_device():
+def test_align_sharded_equals_single_device():
   assert jax.device_count() == 8
-  single = _pretrain_run(distributed.make_mesh(devices=jax.devices()[:1]))
-  sharded = _pretrain_run(distributed.make_mesh())
+  single = _align_run(distributed.make_mesh(devices=jax.devices()[:1]))
+  sharded = _align_run(distributed.make_mesh())
   for a, b in zip(jax.tree.leaves(single.state.params), jax.tree.leaves(sharded.state.params)):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-6)
-  assert single.history[-1]["loss"] < single.history[0]["loss"]
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+  # Training moved theta; the reference stayed put.
+  moved = jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), single.state.params,
+                       single.state.reference)
+  assert max(jax.tree.leaves(moved)) > 1e-3
+  np.testing.assert_allclose(single.state.reference["A"][0],
+                             toy.tabular_params(toy.TOY_CONDITIONALS)["A"], atol=1e-6)
 
 
 def test_epoch_source_is_deterministic_and_covers_each_epoch():
