@@ -28,7 +28,7 @@ _BASE = dict(
         main_lambda=30.0,         # the lambda of the headline CCA row
         uncond_ratio=0.1,         # share of rows whose labels become null
         negatives="roll",         # "roll" (official) | "shuffle"
-        batch_size=32, lr=1e-3, weight_decay=0.05, grad_clip=1.0,
+        batch_size=32, lr=3e-4, weight_decay=0.05, grad_clip=1.0,
         epochs=1,
     ),
     eval=dict(
