@@ -1,0 +1,70 @@
+"""CCA configs: ``get_config(preset)`` for ``smoke`` | ``cpu`` | ``full``.
+
+Two ``core.train_loop`` stages (``workdir/pretrain``, ``workdir/align``): class-conditional
+pretraining with condition dropout (``num_seeds`` runs vmapped), then alignment fine-tuning
+from each pretrained model, one run per (seed, lambda) in one program; then sampling and
+evaluation of base / CFG / CCA models.
+
+* smoke: seconds (tests, CI, the Colab demo); claims need not hold.
+* cpu: the reproduction size (digits, 3 seeds, one CCA epoch).
+* full: a larger transformer on lossless (17-level) digits, longer runs, for a GPU.
+"""
+
+from __future__ import annotations
+
+from jaxlib_papers.core.config import make_config
+
+_BASE = dict(
+    seed=0,
+    num_seeds=3,                  # runs vmapped in one program (error bars)
+    data=dict(levels=5, test_size=360, split_seed=0),   # V = levels tokens per pixel
+    model=dict(width=48, depth=2, heads=4, mlp=128),
+    pretrain=dict(batch_size=32, lr=2e-3, warmup_steps=30, weight_decay=0.05,
+                  label_dropout=0.1, grad_clip=1.0),
+    align=dict(
+        loss="cca",               # "cca" | "dpo" | "unlearn"
+        beta=0.1,                 # beta (rescaled for 64 tokens; the paper: 0.02 at 256+)
+        lambdas=(0.0, 3.0, 30.0, 300.0),  # lambda sweep, one run each per seed
+        main_lambda=30.0,         # the lambda of the headline CCA row
+        uncond_ratio=0.1,         # share of rows whose labels become null
+        negatives="roll",         # "roll" (official) | "shuffle"
+        batch_size=32, lr=3e-4, weight_decay=0.05, grad_clip=1.0,
+        epochs=1,
+    ),
+    eval=dict(
+        samples_per_class=50,
+        cfg_scales=(0.5, 1.0, 2.0, 3.0),   # s: logits l_c + s (l_c - l_u)
+        cca_cfg_scale=1.0,        # CFG on top of the main CCA model
+        use_cache=True,
+        seed=1,
+    ),
+    loop=dict(num_steps=300, log_every=100, checkpoint_every=300, quiet=False),
+    align_loop=dict(log_every=20, checkpoint_every=1000, quiet=False),
+)
+
+_OVERRIDES = {
+    "smoke": {
+        "num_seeds": 2,
+        "model.width": 16, "model.depth": 1, "model.heads": 2, "model.mlp": 32,
+        "align.lambdas": (0.0, 30.0), "align.epochs": 0.1,
+        "eval.samples_per_class": 8, "eval.cfg_scales": (1.0,),
+        "loop.num_steps": 30, "loop.log_every": 10, "loop.checkpoint_every": 30,
+        "loop.quiet": True, "align_loop.quiet": True,
+    },
+    "cpu": {},
+    "full": {
+        "num_seeds": 5,
+        "data.levels": 17,
+        "model.width": 128, "model.depth": 4, "model.mlp": 512,
+        "pretrain.batch_size": 64, "pretrain.lr": 1e-3, "pretrain.warmup_steps": 200,
+        "align.lambdas": (0.0, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0),
+        "align.batch_size": 32, "align.epochs": 1,
+        "eval.samples_per_class": 500, "eval.cfg_scales": (0.5, 1.0, 1.5, 2.0, 3.0, 4.0),
+        "loop.num_steps": 5000, "loop.log_every": 100, "loop.checkpoint_every": 1000,
+    },
+}
+
+
+def get_config(preset: str = "smoke"):
+  """The CCA config of ``preset`` (smoke | cpu | full)."""
+  return make_config(preset, _BASE, _OVERRIDES)
