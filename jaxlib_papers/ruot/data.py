@@ -166,15 +166,15 @@ class GeneNetwork(NamedTuple):
   ``N(init_mean, init_std^2 I)`` (the X1-high cells that switch X2 on and divide), the
   rest ``N(0, init_std^2 I)`` (quiescent); expression is clipped at 0 throughout.
   """
-  a1: float = 0.87
-  c: float = 0.42
-  d: float = 0.47
-  k1: float = 1.01
-  b2: float = 0.185
-  a2: float = 12.4
-  s: float = 1.5
-  e: float = 0.35
-  k2: float = 4.05
+  a1: float = 0.89
+  c: float = 0.37
+  d: float = 0.445
+  k1: float = 0.977
+  b2: float = 0.052
+  a2: float = 5.98
+  s: float = 1.237
+  e: float = 0.25
+  k2: float = 2.154
   noise: tuple[float, float] = (0.08, 0.08)               # eta_i
   division: float = 0.55                                  # alpha_g
   init_mean: tuple[float, float] = (2.0, 0.2)
