@@ -81,10 +81,10 @@ class CondSOCSettings(NamedTuple):
   micro_batch: int          # mB: the official loss is a mean over mB pairs
   momentum: float = 0.0
   eps: float = 1e-3         # grid = linspace(eps, 1 - eps, S)
-  # Safeguard (ours): a pair whose loss exceeds safe_ratio x its last accepted loss,
-  # or is not finite, is sent back to its last accepted iterate and retries the same
-  # gradient with half its step (backtracking); 0 turns the safeguard off.
-  safe_ratio: float = 2.0
+  # Safeguard (ours): a pair whose loss exceeds safe_ratio x its lowest loss so far,
+  # or is not finite, is sent back to that best iterate and retakes its gradient with
+  # half its step (backtracking); 0 turns the safeguard off.
+  safe_ratio: float = 4.0
 
 
 def time_grid(settings: CondSOCSettings, dtype=jnp.float32) -> jax.Array:

@@ -35,7 +35,7 @@ def test_vneck_official_rates_diverge_without_safeguard_and_stay_finite_with_it(
   plain_losses = np.asarray(plain_losses)
   assert not np.all(np.isfinite(plain_losses))
   assert int(np.sum(plain_rejected)) == 0
-  params, losses, rejected = _neck_problem(30, 40, safe_ratio=2.0, **kw)
+  params, losses, rejected = _neck_problem(30, 40, safe_ratio=4.0, **kw)
   losses = np.asarray(losses)
   assert np.all(np.isfinite(losses))
   assert all(np.all(np.isfinite(np.asarray(leaf))) for leaf in jax.tree.leaves(params))
@@ -50,7 +50,7 @@ def test_safeguard_is_plain_sgd_when_nothing_is_rejected():
   float rounding: the two programs fuse differently)."""
   kw = dict(lr_mean=0.02, lr_gamma=0.02, num_iters=6, num_noise=1, num_mean=5, num_gamma=6)
   plain, plain_losses, _ = _neck_problem(10, 10, safe_ratio=0.0, **kw)
-  safe, losses, rejected = _neck_problem(10, 10, safe_ratio=2.0, **kw)
+  safe, losses, rejected = _neck_problem(10, 10, safe_ratio=4.0, **kw)
   assert int(np.sum(rejected)) == 0
   np.testing.assert_allclose(np.asarray(losses), np.asarray(plain_losses), rtol=1e-6)
   for a, b in zip(jax.tree.leaves(safe), jax.tree.leaves(plain)):
