@@ -84,7 +84,7 @@ class CondSOCSettings(NamedTuple):
   # Safeguard (ours): a pair whose loss exceeds safe_ratio x its lowest loss so far,
   # or is not finite, is sent back to that best iterate and retakes its gradient with
   # half its step (backtracking); 0 turns the safeguard off.
-  safe_ratio: float = 4.0
+  safe_ratio: float = 0.0
 
 
 def time_grid(settings: CondSOCSettings, dtype=jnp.float32) -> jax.Array:
