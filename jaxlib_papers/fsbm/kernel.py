@@ -81,6 +81,10 @@ class CondSOCSettings(NamedTuple):
   micro_batch: int          # mB: the official loss is a mean over mB pairs
   momentum: float = 0.0
   eps: float = 1e-3         # grid = linspace(eps, 1 - eps, S)
+  # Safeguard (ours): a pair whose loss exceeds safe_ratio x its lowest loss so far,
+  # or is not finite, is sent back to that best iterate and retakes its gradient with
+  # half its step (backtracking); 0 turns the safeguard off.
+  safe_ratio: float = 0.0
 
 
 def time_grid(settings: CondSOCSettings, dtype=jnp.float32) -> jax.Array:
@@ -145,7 +149,7 @@ def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
                   key: jax.Array, *, settings: CondSOCSettings,
                   sign: ArrayLike, tau: ArrayLike, keypoints: jax.Array,
                   inv_std: jax.Array, base_drift: BaseDrift = None,
-                  state_cost: StateCost = None):
+                  state_cost: StateCost = None, with_stats: bool = False):
   """Fits one Gaussian path per endpoint pair: one program for all B pairs.
 
   The per-pair losses are summed and divided by ``settings.micro_batch``, so
@@ -154,6 +158,18 @@ def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
   pairs are sharded. Noise at iteration i is one [B, N, S, D] draw from
   fold_in(key, i); with JAX's partitionable threefry (the default) each device
   draws its own slice and the values do not depend on the sharding.
+
+  Safeguard (``settings.safe_ratio`` > 0, ours): plain SGD at the official rate
+  diverges for a pair whose objective is too curved for it (the step overshoots
+  and the error grows by a constant factor each iteration until the loss is
+  NaN; seen on V-neck pairs through the neck when the keypoints' spread there is
+  small). Each pair keeps the iterate with its lowest loss so far (with that
+  loss and gradient); when its loss at a new iterate is not finite or exceeds
+  ``safe_ratio`` times the lowest one, the step is rejected: the pair goes back
+  to its best iterate and retakes that gradient with half its previous step (the
+  step scale stays halved from then on). A slow divergence is caught too, since
+  the loss is compared with the best, not the last, value. A pair that is never
+  rejected follows the official SGD exactly.
 
   Args:
     x0, x1: [B, D] endpoints.
@@ -165,10 +181,14 @@ def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
     keypoints: [K, S, D]; inv_std: [S, D].
     base_drift: optional reference drift.
     state_cost: optional known state cost V (GSBM-style baseline).
+    with_stats: also return the number of rejected pair-steps per iteration.
 
   Returns:
     (params: PathParams with leading B axis, losses: [num_iters] mean per-pair
-    loss at each iteration, before its update).
+    loss at each iteration, before its update) and, with ``with_stats``,
+    rejected: [num_iters] int32 pairs whose step was rejected at that iteration.
+    The returned params are the step taken at the last iteration, from the
+    pair's new iterate if accepted, else from its best one.
   """
   chex.assert_rank([x0, x1, mean_path], [2, 2, 3])
   num_pairs, dim = x0.shape
@@ -179,6 +199,7 @@ def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
   tx = condsoc_optimizer(settings)
   opt_state = tx.init(params)
   noise_shape = (num_pairs, settings.num_noise, settings.num_steps, dim)
+  safe = settings.safe_ratio > 0
 
   def objective(p, it):
     noise = jax.random.normal(jax.random.fold_in(key, it), noise_shape, x0.dtype)
@@ -188,16 +209,44 @@ def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
             keypoints=keypoints, inv_std=inv_std, base_drift=base_drift,
             state_cost=state_cost))(
                 p, x0, x1, noise)
-    return jnp.sum(losses) / settings.micro_batch, jnp.mean(losses)
+    return jnp.sum(losses) / settings.micro_batch, losses
+
+  def per_pair(mask, a, b):
+    """a where mask (one flag per pair, leading axis) else b."""
+    return jax.tree.map(
+        lambda u, v: jnp.where(mask.reshape((-1,) + (1,) * (u.ndim - 1)), u, v), a, b)
 
   def step(carry, it):
-    p, s = carry
-    grads, mean_loss = jax.grad(objective, has_aux=True)(p, it)
-    updates, s = tx.update(grads, s, p)
-    return (optax.apply_updates(p, updates), s), mean_loss
+    p, s, last = carry
+    grads, losses = jax.grad(objective, has_aux=True)(p, it)
+    if not safe:
+      updates, s = tx.update(grads, s, p)
+      return (optax.apply_updates(p, updates), s, last), (jnp.mean(losses),
+                                                          jnp.zeros((), jnp.int32))
+    p_best, g_best, loss_best, scale = last
+    finite = jnp.isfinite(losses) & jax.vmap(
+        lambda g: jnp.all(jnp.stack([jnp.all(jnp.isfinite(v))
+                                     for v in jax.tree.leaves(g)])))(grads)
+    accept = finite & (losses <= settings.safe_ratio * loss_best)
+    improved = accept & (losses < loss_best)
+    scale = jnp.where(accept, scale, 0.5 * scale)
+    base = per_pair(accept, p, p_best)
+    grad = per_pair(accept, grads, g_best)
+    scaled = jax.tree.map(lambda g: g * scale.reshape((-1,) + (1,) * (g.ndim - 1)), grad)
+    updates, s = tx.update(scaled, s, base)
+    last = (per_pair(improved, p, p_best), per_pair(improved, grads, g_best),
+            jnp.where(improved, losses, loss_best), scale)
+    # The reported mean is over the losses at the iterates stepped from (a
+    # rejected loss may be Inf): the new loss if accepted, the best one if not.
+    return (optax.apply_updates(base, updates), s, last), (
+        jnp.mean(jnp.where(accept, losses, loss_best)), jnp.sum(~accept).astype(jnp.int32))
 
-  (params, _), losses = jax.lax.scan(
-      step, (params, opt_state), jnp.arange(settings.num_iters))
+  last = (params, jax.tree.map(jnp.zeros_like, params),
+          jnp.full((num_pairs,), jnp.inf, x0.dtype), jnp.ones((num_pairs,), x0.dtype))
+  (params, _, _), (losses, rejected) = jax.lax.scan(
+      step, (params, opt_state, last), jnp.arange(settings.num_iters))
+  if with_stats:
+    return params, losses, rejected
   return params, losses
 
 
@@ -440,10 +489,10 @@ def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
                                 sigma=csoc.sigma).astype(state.field.dtype)
 
       field_in = jax.lax.cond(first, initial_field, lambda _: state.field, None)
-    path_params, csoc_losses = condsoc_solve(
+    path_params, csoc_losses, csoc_rejected = condsoc_solve(
         px0, px1, mean_path, k_csoc, settings=csoc, sign=fit_sign,
         tau=tau_value, keypoints=keypoints_arr, inv_std=inv_std,
-        base_drift=reference(field_in), state_cost=state_cost)
+        base_drift=reference(field_in), state_cost=state_cost, with_stats=True)
     if mean_field:
       field_out = population_field(base_drift, path_params, px0, px1, k_field_out,
                                    sigma=csoc.sigma).astype(state.field.dtype)
@@ -497,6 +546,8 @@ def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
         "loss": jnp.mean(match_losses[-max(1, settings.match_steps // 10):]),
         "csoc_loss_first": csoc_losses[0],
         "csoc_loss_last": csoc_losses[-1],
+        # Pair-steps the CondSOC safeguard rejected in this R-step (0: plain SGD).
+        "csoc_rejected": jnp.sum(csoc_rejected).astype(jnp.float32),
         "train_direction": train_idx.astype(jnp.float32),
     }
     if collision_fn is not None:

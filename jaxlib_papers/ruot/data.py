@@ -7,11 +7,14 @@ cells ``[n_k, d]`` (counts differ between times: the cell number is the unnormal
 from __future__ import annotations
 
 import csv
+import functools
 import math
 import pathlib
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -148,81 +151,177 @@ def hold_out(snapshots: Snapshots, index: int | None) -> Snapshots:
   return Snapshots(snapshots.times[keep], tuple(snapshots.xs[k] for k in keep))
 
 
+class GeneNetwork(NamedTuple):
+  """Parameters of the two-gene network with division (defaults: fitted to the paper's CSV).
+
+  Drift (Hill exponent 2; the form and numbers are ours, fitted to the official data, see
+  ``seeds/ruot.md``):
+
+      f1(x) = a1 x1^2 c^2 / (c^2 + x2^2) + d x2^2 / (1 + x2^2) - k1 x1
+      f2(x) = b2 + a2 x2^2 / (s^2 + x2^2) + e x1^2 - k2 x2
+
+  X1 activates itself (repressed by X2) and X2; X2 activates itself and, weakly, X1. Noise
+  ``eta_i dW_i``; a cell divides at rate ``g(x) = alpha_g x2^2 / (1 + x2^2)`` into two
+  copies of itself. At t = 0 a fraction ``init_fraction`` of the cells is
+  ``N(init_mean, init_std^2 I)`` (the X1-high cells that switch X2 on and divide), the
+  rest ``N(0, init_std^2 I)`` (quiescent); expression is clipped at 0 throughout.
+  """
+  a1: float = 0.89
+  c: float = 0.37
+  d: float = 0.445
+  k1: float = 0.977
+  b2: float = 0.052
+  a2: float = 5.98
+  s: float = 1.237
+  e: float = 0.25
+  k2: float = 2.154
+  noise: tuple[float, float] = (0.08, 0.08)               # eta_i
+  division: float = 0.55                                  # alpha_g
+  init_mean: tuple[float, float] = (2.0, 0.2)
+  init_std: float = 0.1
+  init_fraction: float = 0.5
+
+
+def gene_drift(x, params: GeneNetwork):
+  """The network's drift at ``x: [n, 2]`` -> ``[n, 2]`` (jnp)."""
+  p = params
+  x1, x2 = x[:, 0], x[:, 1]
+  f1 = p.a1 * x1**2 * p.c**2 / (p.c**2 + x2**2) + p.d * x2**2 / (1 + x2**2) - p.k1 * x1
+  f2 = p.b2 + p.a2 * x2**2 / (p.s**2 + x2**2) + p.e * x1**2 - p.k2 * x2
+  return jnp.stack([f1, f2], axis=1)
+
+
+def gene_division_rate(x, params: GeneNetwork):
+  """Division rate ``alpha_g x2^2 / (1 + x2^2)`` at ``x: [n, 2]`` -> ``[n]`` (jnp)."""
+  x2 = x[:, 1]
+  return params.division * x2**2 / (1.0 + x2**2)
+
+
+class _Population(NamedTuple):
+  x: object        # [capacity, 2] float32 expression (free slots hold stale values)
+  alive: object    # [capacity] bool, slot holds a living cell
+  overflow: object  # [] bool, a division found no free slot
+
+
+def _em_step(pop: _Population, key, params: GeneNetwork, dt: float) -> _Population:
+  """One Euler-Maruyama step of every cell, then divisions into free slots."""
+  noise_key, divide_key = jax.random.split(key)
+  eta = jnp.asarray(params.noise, pop.x.dtype)
+  x = pop.x + gene_drift(pop.x, params) * dt + eta * jnp.sqrt(dt) * jax.random.normal(
+      noise_key, pop.x.shape, pop.x.dtype)
+  x = jnp.maximum(x, 0.0)
+  divide = pop.alive & (jax.random.uniform(divide_key, pop.alive.shape)
+                        < gene_division_rate(x, params) * dt)
+  free = ~pop.alive
+  num_divide = jnp.sum(divide)
+  free_rank = jnp.cumsum(free) - 1            # rank of each free slot among the free slots
+  # The daughter of the r-th dividing cell goes to the r-th free slot.
+  source = jnp.searchsorted(jnp.cumsum(divide), free_rank + 1, side="left")
+  born = free & (free_rank < num_divide)
+  x = jnp.where(born[:, None], x[jnp.clip(source, 0, x.shape[0] - 1)], x)
+  return _Population(x, pop.alive | born, pop.overflow | (num_divide > jnp.sum(free)))
+
+
+@functools.partial(jax.jit, static_argnames=("num_cells", "num_switch", "steps", "dt",
+                                             "capacity"))
+def simulate_gene_population(key, params: GeneNetwork, *, num_cells: int, num_switch: int,
+                             steps: tuple[int, ...], dt: float, capacity: int):
+  """Pure JAX simulation of the population (``params.init_fraction`` is unused here).
+
+  Args:
+    key: typed PRNG key.
+    params: :class:`GeneNetwork` (floats or arrays).
+    num_cells: cells at the first time.
+    num_switch: of those, cells started at ``params.init_mean`` (the rest at 0).
+    steps: Euler-Maruyama steps of each observation interval (K - 1 ints).
+    dt: step size.
+    capacity: slots for living cells (the population may not exceed it).
+
+  Returns:
+    ``(x, alive, overflow)``: ``x: [K, capacity, 2]`` cells at the K times, ``alive:
+    [K, capacity]`` bool which slots hold cells, ``overflow: []`` bool (capacity too small).
+  """
+  init_key, key = jax.random.split(key)
+  mean = jnp.concatenate([
+      jnp.broadcast_to(jnp.asarray(params.init_mean, jnp.float32), (num_switch, 2)),
+      jnp.zeros((num_cells - num_switch, 2), jnp.float32)])
+  x0 = jnp.maximum(mean + params.init_std * jax.random.normal(init_key, mean.shape), 0.0)
+  x = jnp.zeros((capacity, 2), jnp.float32).at[:num_cells].set(x0)
+  alive = jnp.arange(capacity) < num_cells
+  pop = _Population(x, alive, jnp.asarray(False))
+  xs, alives = [pop.x], [pop.alive]
+  for interval, num_steps in enumerate(steps):
+    keys = jax.random.split(jax.random.fold_in(key, interval), int(num_steps))
+    pop, _ = jax.lax.scan(lambda p, k: (_em_step(p, k, params, dt), None), pop, keys)
+    xs.append(pop.x)
+    alives.append(pop.alive)
+  return jnp.stack(xs), jnp.stack(alives), pop.overflow
+
+
 def simulate_gene_network(
+    key=None,
     *,
     num_cells: int = 400,
     times: Sequence[float] = (0.0, 1.0, 2.0, 3.0, 4.0),
     dt: float = 0.01,
-    noise: float = 0.05,
+    noise: float | None = None,
     seed: int = 0,
-    max_cells: int = 20000,
+    params: GeneNetwork | None = None,
+    max_cells: int | None = None,
 ) -> Snapshots:
-  """Our simulator of a two-gene switch with growth (the embedded default data set).
+  """Simulates the paper's synthetic gene data set (same layout as :func:`load_csv`).
 
-  Genes X1, X2 activate themselves and inhibit each other (Hill functions, exponent 2);
-  cells divide at a rate that rises with X2, ``g(x) = g_max X2^2 / (1 + X2^2)``, and a
-  division copies the cell. The population starts half near (1.6, 0.3) (cells that will
-  switch to the high-X2, dividing state) and half near (0.05, 0.03) (quiescent), in the
-  spirit of the paper's synthetic data; the parameters are ours. Every living cell is
-  observed at each time in ``times``, so counts grow with the mass.
-
-      dX1 = [a1 h(X1) / (1 + (X2/c)^2) - k1 X1] dt + noise dW1,  h(x) = x^2/(th^2 + x^2)
-      dX2 = [a2 h(X2) / (1 + (X1/c)^2) - k2 X2] dt + noise dW2
+  Two genes with self-activation and mutual repression, noise, and division at a rate
+  rising with X2 (:class:`GeneNetwork`); Euler-Maruyama in ``lax.scan``, each division a
+  new particle (a copy of its mother), every living cell observed at each time (so the
+  counts are the unnormalised mass). The defaults reproduce the statistics of the
+  official ``simulation_gene_data.csv`` (400 cells at t = 0..4); ``seeds/ruot.md`` says
+  which parameters come from the file and how they were fitted.
 
   Args:
+    key: typed PRNG key (``jax.random.key``); None: ``jax.random.key(seed)``.
     num_cells: cells at the first time.
     times: increasing observation times (the first is the start).
     dt: Euler-Maruyama step.
-    noise: diffusion coefficient of each gene.
-    seed: numpy seed (the simulation is deterministic in it).
-    max_cells: error out rather than grow without bound.
+    noise: if given, the noise eta of both genes (else ``params.noise``).
+    seed: used only when ``key`` is None.
+    params: network parameters (default :class:`GeneNetwork`).
+    max_cells: slots for the growing population (default ``8 * num_cells``).
 
   Returns:
-    :class:`Snapshots` with 2-D cells (values clipped at 0: expression is non-negative).
+    Validated :class:`Snapshots` of float32 ``[n_k, 2]`` cells.
+
+  Raises:
+    ValueError: bad times, ``num_cells < 2``, ``dt <= 0``, negative noise, or a population
+      that outgrew ``max_cells``.
   """
   times = np.asarray(times, dtype=np.float64)
   if times.ndim != 1 or times.shape[0] < 2 or np.any(np.diff(times) <= 0):
     raise ValueError(f"times must be at least 2 increasing values; got {times}")
-  if num_cells < 2 or dt <= 0 or noise < 0:
-    raise ValueError(f"need num_cells >= 2, dt > 0, noise >= 0; got {num_cells}, {dt}, {noise}")
-  rng = np.random.default_rng(seed)
-  a1, k1 = 0.3, 0.6           # X1: weak self-activation, decays unless sustained
-  a2, k2 = 2.0, 1.0            # X2: strong self-activation towards a2 / k2
-  threshold = 0.25             # Hill threshold of self-activation
-  inhibition = 0.8             # X_j at which the inhibition of X_i is half maximal
-  g_max = 0.45
-  half = num_cells // 2
-  x = np.concatenate([
-      rng.normal([1.6, 0.3], [0.3, 0.05], size=(half, 2)),      # switching branch
-      rng.normal([0.05, 0.03], [0.04, 0.02], size=(num_cells - half, 2)),  # quiescent
-  ])
-  x = np.clip(x, 0.0, None)
-
-  def drift(x):
-    x1, x2 = x[:, 0], x[:, 1]
-    act1 = x1**2 / (threshold**2 + x1**2)
-    act2 = x2**2 / (threshold**2 + x2**2)
-    d1 = a1 * act1 / (1 + (x2 / inhibition) ** 2) - k1 * x1
-    d2 = a2 * act2 / (1 + (x1 / inhibition) ** 2) - k2 * x2
-    return np.stack([d1, d2], axis=1)
-  snapshots = [x.copy()]
-  t = times[0]
-  for t_next in times[1:]:
-    steps = int(round((t_next - t) / dt))
-    for _ in range(steps):
-      x = x + drift(x) * dt + noise * np.sqrt(dt) * rng.normal(size=x.shape)
-      x = np.clip(x, 0.0, None)
-      rate = g_max * x[:, 1] ** 2 / (1 + x[:, 1] ** 2)
-      divide = rng.random(x.shape[0]) < rate * dt
-      if np.any(divide):
-        x = np.concatenate([x, x[divide]], axis=0)
-      if x.shape[0] > max_cells:
-        raise ValueError(f"population exceeded max_cells={max_cells}")
-    snapshots.append(x.copy())
-    t = t_next
-  return validate(Snapshots(times, tuple(s.astype(np.float32) for s in snapshots)))
+  if num_cells < 2 or dt <= 0:
+    raise ValueError(f"need num_cells >= 2 and dt > 0; got num_cells={num_cells}, dt={dt}")
+  params = GeneNetwork() if params is None else params
+  if noise is not None:
+    if noise < 0:
+      raise ValueError(f"noise must be >= 0; got {noise}")
+    params = params._replace(noise=(float(noise), float(noise)))
+  capacity = int(max_cells) if max_cells is not None else 8 * int(num_cells)
+  if capacity < num_cells:
+    raise ValueError(f"max_cells={max_cells} is below num_cells={num_cells}")
+  steps = tuple(int(round(d / dt)) for d in np.diff(times))
+  key = jax.random.key(seed) if key is None else key
+  num_switch = int(round(float(params.init_fraction) * num_cells))
+  xs, alive, overflow = simulate_gene_population(
+      key, params, num_cells=int(num_cells), num_switch=num_switch, steps=steps, dt=float(dt),
+      capacity=capacity)
+  if bool(overflow):
+    raise ValueError(f"the population exceeded max_cells={capacity}; raise max_cells")
+  xs, alive = np.asarray(xs), np.asarray(alive)
+  return validate(Snapshots(times, tuple(x[a] for x, a in zip(xs, alive))))
 
 
-def growth_rate_truth(x: np.ndarray, g_max: float = 0.45) -> np.ndarray:
-  """The simulator's division rate at ``x: [n, 2]`` -> [n] (for plots and checks)."""
-  return g_max * x[:, 1] ** 2 / (1 + x[:, 1] ** 2)
+def growth_rate_truth(x: np.ndarray, params: GeneNetwork | None = None) -> np.ndarray:
+  """The simulator's division rate at ``x: [n, 2]`` -> [n] (numpy, for plots and checks)."""
+  params = GeneNetwork() if params is None else params
+  x2 = np.asarray(x)[:, 1]
+  return params.division * x2**2 / (1 + x2**2)

@@ -21,7 +21,7 @@ _BASE = dict(
         path="",                  # CSV path (samples,x1..xd) when source == "csv"
         hold_out=-1,              # index of the time point left out of training (-1: none)
         sim_cells=400,
-        sim_noise=0.05,
+        sim_noise=0.08,           # eta of both genes (data.GeneNetwork)
         sim_seed=0,
     ),
     model=dict(width=128, depth=3),
