@@ -1,7 +1,9 @@
 """jaxlib-papers: faithful, fast JAX reimplementations of ICLR 2025 methods.
 
 Each method lives in its own subpackage (``fsbm``, ``ruot``, ``ocm``, ``minimax``,
-``linear_rl``) and builds on the paper-agnostic pieces in :mod:`jaxlib_papers.core`.
+``linear_rl``, ``aerca``, ``cca``, ``cp_fuse``, ``identifiability``) and builds on the
+paper-agnostic pieces in :mod:`jaxlib_papers.core` (the method contract in
+:mod:`jaxlib_papers.core.contract`).
 """
 
 import os as _os

@@ -7,25 +7,20 @@ their output layer is zero-initialised.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxlib_papers.core import nn as core_nn
+
 Array = jax.Array
 
 
 def timestep_embedding(t: Array, dim: int, max_period: float = 10000.0) -> Array:
-  """Sinusoidal embedding of integer (or real) timesteps t [B] -> [B, dim]."""
-  half = dim // 2
-  freqs = jnp.exp(-math.log(max_period) * jnp.arange(half, dtype=jnp.float32) / half)
-  args = jnp.asarray(t, jnp.float32)[:, None] * freqs[None]
-  emb = jnp.concatenate([jnp.sin(args), jnp.cos(args)], axis=-1)
-  if dim % 2:
-    emb = jnp.pad(emb, ((0, 0), (0, 1)))
-  return emb
+  """Sinusoidal embedding of integer (or real) timesteps t [B] -> [B, dim] ([sin, cos])."""
+  return core_nn.timestep_embedding(t, dim, max_period)
 
 
 class MLPBackbone(nn.Module):
