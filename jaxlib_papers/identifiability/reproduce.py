@@ -9,7 +9,7 @@ Programs at ``cpu`` (seeds vmapped, variants of equal shape in the same program)
 * ``sup_c10``: supervised, |C| = 10 (the |C| trend);
 * ``sprites``: the DisLib stand-in (Table 4).
 
-At ``smoke`` only ``sup_d5`` and ``diet_d5`` run, at smoke size (claims need not hold).
+At ``smoke`` only ``sup_d5`` and ``sprites`` run, at smoke size (claims need not hold).
 """
 
 from __future__ import annotations
@@ -37,14 +37,12 @@ def programs(preset: str) -> dict[str, Any]:
       config[group][key] = value
     return config
 
-  out = {
-      "sup_d5": vmf(dgp__kappas=(10.0, 50.0)),
-      "diet_d5": vmf(objective__kind="diet", objective__normalize_head=(False, True)),
-  }
+  out = {"sup_d5": vmf(dgp__kappas=(10.0, 50.0))}
   if preset != "smoke":
+    out["diet_d5"] = vmf(objective__kind="diet", objective__normalize_head=(False, True))
     out["sup_d10"] = vmf(dgp__dim=10)
     out["sup_c10"] = vmf(dgp__num_classes=10)
-    out["sprites"] = get_config(f"sprites,{preset}")
+  out["sprites"] = get_config(f"sprites,{preset}")
   return out
 
 
@@ -158,6 +156,7 @@ def _plot(results: dict[str, dict], path) -> None:
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
   from jaxlib_papers.identifiability import plotting  # pylint: disable=g-import-not-at-top
   vmf = {k: v for k, v in results.items() if "summary" in v}
   panels = 3 if "sprites" in results else 2
@@ -176,6 +175,7 @@ def _plot(results: dict[str, dict], path) -> None:
 @register("identifiability")
 def check(ctx: Context) -> list[Claim]:
   import time  # pylint: disable=g-import-not-at-top
+
   from jaxlib_papers.identifiability import train  # pylint: disable=g-import-not-at-top
   results, timings = {}, {}
   for name, config in programs(ctx.preset).items():
