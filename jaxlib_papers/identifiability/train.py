@@ -153,8 +153,10 @@ def run_sprites(config: ml_collections.ConfigDict,
   images_j, factors_j = jax.numpy.asarray(images), jax.numpy.asarray(factors)
   shape_j = jax.numpy.asarray(sprites.shape)
 
+  # The images are arguments, not closed-over constants: XLA would constant-fold the
+  # gathers of the whole image set at compile time (seconds per gather).
   @jax.jit
-  def decode_all(params, batch_stats):
+  def decode_all(params, batch_stats, images_j, factors_j, shape_j):
     def one(p, bs, tr, va):
       h_tr = kernel.representation(p, bs, images_j[tr])
       h_va = kernel.representation(p, bs, images_j[va])
@@ -166,9 +168,12 @@ def run_sprites(config: ml_collections.ConfigDict,
       return r_model, r_pixels, acc
     return jax.vmap(one)(params, batch_stats, train_idx, val_idx)
 
-  r_trained, r_pixels, acc = jax.device_get(decode_all(state.params, state.batch_stats))
+  arrays = (images_j, factors_j, shape_j)
+  r_trained, r_pixels, acc = jax.device_get(
+      decode_all(state.params, state.batch_stats, *arrays))
   init_state = jax.jit(kernel.init)(jax.random.key(int(config.seed)))
-  r_untrained, _, _ = jax.device_get(decode_all(init_state.params, init_state.batch_stats))
+  r_untrained, _, _ = jax.device_get(
+      decode_all(init_state.params, init_state.batch_stats, *arrays))
   results = {
       "r": {"trained": np.asarray(r_trained), "untrained": np.asarray(r_untrained),
             "pixels": np.asarray(r_pixels)},
