@@ -1,0 +1,1 @@
+"""Configs of the identifiability package (``default.get_config``)."""

@@ -1,0 +1,96 @@
+"""Identifiability configs: ``get_config("[task,]preset")``, presets smoke | cpu | full.
+
+Tasks:
+
+* ``vmf`` (default): the vMF-mixture simulation of Tables 2-3. ``objective.kind`` picks
+  supervised (labels ``c``) or DIET (labels ``I``); ``dgp.kappas`` x
+  ``objective.normalize_head`` are variants trained in one vmapped program with
+  ``num_seeds`` seeds each.
+* ``sprites``: the DisLib stand-in (sprites rendered in code, CE on the shape, linear
+  decoding of scale and position from the last hidden layer).
+
+``loop.num_steps`` counts train-loop calls; each runs ``optim.steps_per_call`` Adam steps
+as one ``lax.scan`` (so optimiser steps = num_steps x steps_per_call).
+"""
+
+from __future__ import annotations
+
+from jaxlib_papers.core.config import check_preset, make_config
+
+TASKS = ("vmf", "sprites")
+
+_BASE = dict(
+    task="vmf",
+    seed=0,
+    num_seeds=3,
+    dgp=dict(
+        dim=5,                    # d: latent and observation dimension
+        num_classes=100,          # |C|: cluster vectors
+        num_indices=1000,         # N: instance indices (DIET labels); class = I mod |C|
+        kappas=(10.0,),           # kappa: vMF concentration(s), one variant each
+        conditional="vmf",        # "vmf" | "laplace" | "normal" (scale kappa / 10)
+        mixing_layers=4,          # layers of g
+        mixing_candidates=2048,   # g's matrices: best-conditioned of this many draws
+        num_proposals=12,         # Wood proposals per vMF sample
+    ),
+    model=dict(
+        hidden=(32, 128, 128, 32),   # () = the paper's [10d, 50d, 50d, 50d, 50d, 10d]
+        batch_norm=True,
+        negative_slope=0.01,
+    ),
+    objective=dict(
+        kind="supervised",        # "supervised" (y = c) | "diet" (y = I)
+        normalize_head=(False,),  # one variant each: renormalise W's rows every step
+        normalize_features=False,  # f(x) on the sphere (temperature when W is too)
+    ),
+    optim=dict(learning_rate=3e-3, batch_size=256, steps_per_call=50,
+               cosine_decay=True),   # cosine decay of the step size over the run
+    eval=dict(num_samples=8192, seed=1),
+    sprites=dict(
+        size=32, num_scales=6, num_positions=16, supersample=4,
+        hidden=(256, 256, 256),   # paper: 3 x [Linear 512, BN, ReLU]
+        batch_size=256, learning_rate=1e-3, steps_per_call=50,
+        val_fraction=0.1, test_fraction=0.1,
+    ),
+    loop=dict(num_steps=40, log_every=10, checkpoint_every=40, quiet=False),
+)
+
+_OVERRIDES = {
+    "smoke": {
+        "num_seeds": 2, "model.hidden": (16, 32, 16),
+        "dgp.mixing_candidates": 256, "optim.batch_size": 128, "optim.steps_per_call": 10,
+        "eval.num_samples": 2048, "loop.num_steps": 5, "loop.log_every": 5,
+        "loop.checkpoint_every": 5, "loop.quiet": True,
+        "sprites.size": 16, "sprites.num_scales": 3, "sprites.num_positions": 8,
+        "sprites.supersample": 2, "sprites.hidden": (64, 64), "sprites.batch_size": 128,
+        "sprites.steps_per_call": 10,
+    },
+    "cpu": {},
+    "full": {
+        "num_seeds": 5, "model.hidden": (), "dgp.mixing_candidates": 25000,
+        "optim.learning_rate": 1e-3, "optim.batch_size": 1024, "optim.cosine_decay": False,
+        "optim.steps_per_call": 100, "loop.num_steps": 500, "loop.log_every": 10,
+        "loop.checkpoint_every": 50,
+        "sprites.hidden": (512, 512, 512), "sprites.batch_size": 4096,
+    },
+}
+
+_TASK_OVERRIDES = {
+    "sprites": {"smoke": {"loop.num_steps": 6}, "cpu": {"loop.num_steps": 40},
+                "full": {"loop.num_steps": 400}},
+}
+
+
+def get_config(spec: str = "smoke"):
+  """The config of ``spec``: ``"<preset>"`` or ``"<task>,<preset>"`` (task vmf|sprites)."""
+  task, _, preset = spec.rpartition(",")
+  task = task or "vmf"
+  check_preset(preset)
+  if task not in TASKS:
+    raise ValueError(f"unknown task {task!r}: expected one of {', '.join(TASKS)}")
+  overrides = {p: dict(v) for p, v in _OVERRIDES.items()}
+  for p, extra in _TASK_OVERRIDES.get(task, {}).items():
+    overrides[p].update(extra)
+  config = make_config(preset, _BASE, overrides)
+  config.task = task
+  return config

@@ -1,0 +1,274 @@
+"""Cross-entropy identifiability: supervised and DIET training as one vmapped kernel.
+
+An encoder ``f`` and a bias-free linear head ``W`` (``K = |C|`` rows for supervised
+training on the cluster label, ``K = N`` rows for DIET on the instance index) minimise
+the cross-entropy of ``softmax(W f(x))`` on fresh samples of the vMF mixture (``data.py``).
+Options of Theorem 1: ``normalize_head`` renormalises the rows of ``W`` before every step
+(the official ``--normalize-rows-W``); ``normalize_features`` puts ``f(x)`` on the sphere,
+and when both are normalised a learnable temperature ``beta`` multiplies the logits (at
+the optimum ``beta -> kappa``).
+
+Every state leaf carries a leading *run* axis: runs are ``num_seeds x variants``, a
+variant being a concentration ``kappa`` and a ``normalize_head`` flag (equal shapes, so
+they share one compiled program). A seed fixes the cluster vectors, the mixing ``g``, the
+initialisation and the data stream; the variants of one seed share its problem, so their
+differences are paired. ``train_step`` runs ``steps_per_call`` Adam steps of every run as
+one ``lax.scan`` under ``jax.vmap``; the batch argument is unused (the kernel draws its
+own data from the state's key, like the official code's fresh samples every step).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxlib_papers.core import contract
+from jaxlib_papers.identifiability import data as data_lib
+from jaxlib_papers.identifiability import evaluate as eval_lib
+from jaxlib_papers.identifiability.models import Encoder
+
+OBJECTIVES = ("supervised", "diet")
+
+
+class Settings(NamedTuple):
+  """Static settings of one compiled program (shapes and switches)."""
+  dim: int                       # d, latent = observation dimension
+  num_classes: int               # |C|, cluster vectors
+  num_indices: int               # N, instance indices (DIET labels)
+  objective: str                 # "supervised" (y = c) | "diet" (y = I)
+  conditional: str = "vmf"       # "vmf" | "laplace" | "normal"
+  normalize_features: bool = False   # f(x) on the sphere (with a temperature if W is too)
+  hidden: tuple[int, ...] = (50, 250, 250, 250, 250, 50)   # paper: [10d, 50d x4, 10d]
+  batch_norm: bool = True
+  negative_slope: float = 0.01
+  batch_size: int = 1024
+  learning_rate: float = 1e-3
+  decay_steps: int = 0           # > 0: cosine decay of the step size to 0 over this many
+  steps_per_call: int = 10
+  num_proposals: int = 12         # Wood proposals per vMF sample
+  mixing_layers: int = 4
+  mixing_candidates: int = 2048
+
+  @property
+  def num_labels(self) -> int:
+    """K, the number of head rows."""
+    return self.num_classes if self.objective == "supervised" else self.num_indices
+
+
+class Variants(NamedTuple):
+  """Per-run scalars (vmapped, equal shapes)."""
+  kappa: np.ndarray            # [R] float32, vMF concentration (Laplace/Normal: 10 x scale)
+  normalize_head: np.ndarray   # [R] bool, renormalise the rows of W before every step
+  seed_index: np.ndarray       # [R] int32, which seed (problem, init, data) a run uses
+
+
+def make_variants(num_seeds: int, kappas: Sequence[float],
+                  normalize_head: Sequence[bool] = (False,)) -> Variants:
+  """Runs in seed-major order: ``run = seed * V + variant`` over ``kappas x normalize_head``."""
+  if num_seeds < 1:
+    raise ValueError(f"num_seeds must be >= 1; got {num_seeds}")
+  if not kappas or any(float(k) <= 0 for k in kappas):
+    raise ValueError(f"kappas must be a non-empty list of positive numbers; got {kappas}")
+  combos = list(itertools.product([float(k) for k in kappas], [bool(b) for b in normalize_head]))
+  rows = [(s, k, b) for s in range(num_seeds) for k, b in combos]
+  return Variants(np.array([r[1] for r in rows], np.float32),
+                  np.array([r[2] for r in rows], bool),
+                  np.array([r[0] for r in rows], np.int32))
+
+
+class TrainState(NamedTuple):
+  """Everything a resume needs; every leaf has the leading run axis R."""
+  params: Any                # {"encoder", "head": [R, K, d], "log_temperature": [R]}
+  batch_stats: Any           # BatchNorm running averages of the encoder
+  opt_state: Any             # Adam moments
+  problem: data_lib.Problem  # centers [R, C, d], mixing [R, L, d, d] (frozen)
+  kappa: jax.Array           # [R] float32
+  normalize_head: jax.Array  # [R] bool
+  key: jax.Array             # [R] typed PRNG keys of the data stream
+  step: jax.Array            # [R] int32, optimiser steps taken
+
+
+def validate_settings(settings: Settings) -> Settings:
+  if settings.objective not in OBJECTIVES:
+    raise ValueError(f"objective must be one of {OBJECTIVES}; got {settings.objective!r}")
+  if settings.conditional not in data_lib.CONDITIONALS:
+    raise ValueError(f"conditional must be one of {data_lib.CONDITIONALS}; got "
+                     f"{settings.conditional!r}")
+  for name in ("dim", "num_classes", "num_indices", "batch_size", "steps_per_call"):
+    if int(getattr(settings, name)) < 1:
+      raise ValueError(f"{name} must be >= 1; got {getattr(settings, name)}")
+  if settings.dim < 2:
+    raise ValueError(f"dim must be >= 2 (latents on S^(d-1)); got {settings.dim}")
+  if settings.learning_rate <= 0:
+    raise ValueError(f"learning_rate must be > 0; got {settings.learning_rate}")
+  return settings
+
+
+def _encoder(settings: Settings) -> Encoder:
+  return Encoder(tuple(settings.hidden), settings.dim, settings.batch_norm,
+                 settings.negative_slope)
+
+
+def head_rows(params: Any, normalize_head: jax.Array) -> jax.Array:
+  """The head ``W: [K, d]`` as used in the logits (unit rows when ``normalize_head``)."""
+  w = params["head"]
+  return jnp.where(normalize_head, data_lib.normalize(w), w)
+
+
+def logits_fn(settings: Settings, features: jax.Array, params: Any,
+              normalize_head: jax.Array) -> jax.Array:
+  """``[n, K]`` logits ``<w_j, f(x)>`` (times ``beta`` when f and W are both normalised)."""
+  w = head_rows(params, normalize_head)
+  if settings.normalize_features:
+    features = data_lib.normalize(features)
+    scale = jnp.where(normalize_head, jnp.exp(params["log_temperature"]), 1.0)
+    return scale * features @ w.T
+  return features @ w.T
+
+
+def target_labels(settings: Settings, batch: data_lib.Batch) -> jax.Array:
+  return batch.label if settings.objective == "supervised" else batch.index
+
+
+def make_kernel(settings: Settings, variants: Variants) -> contract.TrainKernel:
+  """Builds the vmapped train kernel of ``settings`` for the runs of ``variants``.
+
+  Returns:
+    A TrainKernel with extras ``features(state_run, x) -> [n, d]`` (eval mode, one run),
+    ``evaluate(state, key) -> dict of [R] arrays`` (the paper's protocol on fresh samples)
+    and ``train_step_run`` (one run, for tests).
+  """
+  settings = validate_settings(settings)
+  chex.assert_equal_shape([variants.kappa, variants.normalize_head, variants.seed_index])
+  num_runs = int(variants.kappa.shape[0])
+  num_seeds = int(np.max(variants.seed_index)) + 1
+  model = _encoder(settings)
+  lr = (optax.cosine_decay_schedule(settings.learning_rate, settings.decay_steps)
+        if settings.decay_steps > 0 else settings.learning_rate)
+  tx = optax.adam(lr)
+  k_rows = settings.num_labels
+  d = settings.dim
+
+  def init_run(key, kappa, normalize_head):
+    k_problem, k_model, k_head, k_data = jax.random.split(key, 4)
+    problem = data_lib.make_problem(k_problem, d, settings.num_classes,
+                                    mixing_layers=settings.mixing_layers,
+                                    mixing_candidates=settings.mixing_candidates)
+    variables = model.init(k_model, jnp.zeros((2, d)), train=False)
+    bound = 1.0 / np.sqrt(d)
+    params = {"encoder": variables["params"],
+              "head": jax.random.uniform(k_head, (k_rows, d), minval=-bound, maxval=bound),
+              "log_temperature": jnp.zeros((), jnp.float32)}
+    return TrainState(params, variables.get("batch_stats", {}), tx.init(params), problem,
+                      jnp.asarray(kappa, jnp.float32), jnp.asarray(normalize_head, bool),
+                      k_data, jnp.zeros((), jnp.int32))
+
+  def init(key: jax.Array) -> TrainState:
+    seed_keys = jax.random.split(key, num_seeds)[variants.seed_index]
+    return jax.vmap(init_run)(seed_keys, jnp.asarray(variants.kappa),
+                              jnp.asarray(variants.normalize_head))
+
+  def loss_fn(params, batch_stats, x, y, normalize_head):
+    features, updates = model.apply({"params": params["encoder"], "batch_stats": batch_stats},
+                                    x, train=True, mutable=["batch_stats"])
+    logits = logits_fn(settings, features, params, normalize_head)
+    loss = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, y))
+    return loss, (updates.get("batch_stats", {}), features)
+
+  def one_step(state: TrainState, _):
+    key, k_batch = jax.random.split(state.key)
+    batch = data_lib.sample_batch(k_batch, state.problem, state.kappa, settings.batch_size,
+                                  settings.num_indices, settings.conditional,
+                                  num_proposals=settings.num_proposals)
+    params = state.params
+    # The official --normalize-rows-W: rows are put back on the sphere before each step.
+    params = {**params, "head": head_rows(params, state.normalize_head)}
+    (loss, (batch_stats, features)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        params, state.batch_stats, batch.x, target_labels(settings, batch),
+        state.normalize_head)
+    updates, opt_state = tx.update(grads, state.opt_state, params)
+    params = optax.apply_updates(params, updates)
+    new = state._replace(params=params, batch_stats=batch_stats, opt_state=opt_state,
+                         key=key, step=state.step + 1)
+    return new, (loss, batch.rejected, features, batch.z)
+
+  def train_step_run(state: TrainState, batch=None):
+    """``steps_per_call`` steps of one run (no run axis)."""
+    del batch
+
+    def body(carry, _):
+      s, _, _ = carry
+      s, (loss, rejected, features, z) = one_step(s, None)
+      return (s, features, z), (loss, rejected)
+
+    empty = jnp.zeros((settings.batch_size, d), jnp.float32)
+    (state, features, z), (losses, rejected) = jax.lax.scan(
+        body, (state, empty, empty), None, length=settings.steps_per_call)
+    # A learning curve for free: in-sample R^2 of z from f(x) on the last training batch.
+    return state, {"loss": jnp.mean(losses), "last_loss": losses[-1],
+                   "r2_batch": eval_lib.insample_r2(features, z),
+                   "rejected": jnp.sum(rejected)}
+
+  def train_step(state: TrainState, batch=None):
+    chex.assert_shape(state.kappa, (num_runs,))
+    state, per_run = jax.vmap(train_step_run)(state, None)
+    metrics = {"loss": jnp.mean(per_run["loss"]), "loss_max": jnp.max(per_run["loss"]),
+               "r2_batch": jnp.mean(per_run["r2_batch"]),
+               "r2_batch_min": jnp.min(per_run["r2_batch"]),
+               "rejected": jnp.sum(per_run["rejected"])}
+    return state, metrics
+
+  def features(state_run: TrainState, x: jax.Array) -> jax.Array:
+    """``f(x)`` of one run in eval mode (BatchNorm running averages); x: [n, d]."""
+    return model.apply({"params": state_run.params["encoder"],
+                        "batch_stats": state_run.batch_stats}, x, train=False)
+
+  def evaluate_run(state_run: TrainState, key: jax.Array, num_samples: int):
+    batch = data_lib.sample_batch(key, state_run.problem, state_run.kappa, num_samples,
+                                  settings.num_indices, settings.conditional,
+                                  num_proposals=settings.num_proposals)
+    h = features(state_run, batch.x)
+    norm_w = state_run.normalize_head
+    w = head_rows(state_run.params, norm_w)
+    centers = state_run.problem.centers
+    v_of_rows = centers[jnp.arange(k_rows) % settings.num_classes]
+    y = target_labels(settings, batch)
+    model_ce = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(
+        logits_fn(settings, h, state_run.params, norm_w), y))
+    out = {
+        "r2_z": eval_lib.heldout_r2(h, batch.z, True),
+        "r2_z_no_intercept": eval_lib.heldout_r2(h, batch.z, False),
+        "sv_mae_z": eval_lib.singular_value_mae(h, batch.z, 1.0 / state_run.kappa),
+        "r2_x": eval_lib.heldout_r2(batch.x, batch.z, True),
+        "r2_x_no_intercept": eval_lib.heldout_r2(batch.x, batch.z, False),
+        "r2_head": eval_lib.heldout_r2(w, v_of_rows, True),
+        "r2_head_no_intercept": eval_lib.heldout_r2(w, v_of_rows, False),
+        "sv_mae_head": eval_lib.singular_value_mae(w, v_of_rows, jnp.float32(1.0)),
+        "model_ce": model_ce,
+        "bayes_ce": eval_lib.bayes_cross_entropy(batch.z, y, centers, state_run.kappa,
+                                                 k_rows),
+        "temperature": jnp.exp(state_run.params["log_temperature"]),
+        "rejected": batch.rejected.astype(jnp.float32),
+    }
+    if k_rows >= 2 * settings.num_classes:
+      out["head_cosine"] = eval_lib.same_class_cosine(w, settings.num_classes)
+    return out
+
+  def evaluate(state: TrainState, key: jax.Array, num_samples: int = 8192):
+    """The paper's evaluation of every run on ``num_samples`` fresh samples.
+
+    The same evaluation key for every run of a seed, so variants are compared on paired
+    samples. Returns a dict of ``[R]`` arrays (see ``evaluate_run`` keys).
+    """
+    keys = jax.random.split(key, num_seeds)[variants.seed_index]
+    return jax.vmap(lambda s, k: evaluate_run(s, k, num_samples))(state, keys)
+
+  return contract.train_kernel(init, train_step, features=features, evaluate=evaluate,
+                               train_step_run=train_step_run)
