@@ -10,7 +10,6 @@
 #     name: python3
 # ---
 
-
 # %% [markdown]
 # # CCA: guidance-free autoregressive generation by condition contrastive alignment
 #
