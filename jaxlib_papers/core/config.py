@@ -29,17 +29,30 @@ def check_preset(preset: str) -> str:
   return preset
 
 
-def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+def _set_dotted(tree: Any, dotted: str, value: Any) -> None:
   node = tree
   *parents, leaf = dotted.split(".")
   for i, name in enumerate(parents):
-    if name not in node or not isinstance(node[name], dict):
+    if name not in node or not isinstance(node[name], (dict, ml_collections.ConfigDict)):
       raise KeyError(
           f"override {dotted!r}: {'.'.join(parents[:i + 1])!r} is not a config group")
     node = node[name]
   if leaf not in node:
     raise KeyError(f"override {dotted!r}: no such key in the base config")
   node[leaf] = value
+
+
+def apply_overrides(config: ml_collections.ConfigDict,
+                    overrides: Mapping[str, Any]) -> ml_collections.ConfigDict:
+  """Sets existing dotted keys of ``config`` in place (``{"csoc.num_iters": 10}``).
+
+  Raises:
+    KeyError: a key names no existing field or group (a typo would otherwise silently
+      add a new field).
+  """
+  for dotted, value in overrides.items():
+    _set_dotted(config, dotted, value)
+  return config
 
 
 def make_config(

@@ -80,16 +80,6 @@ DATASET_PRESETS = {
 }
 
 
-def _set(config, dotted: str, value) -> None:
-  node = config
-  *parents, leaf = dotted.split(".")
-  for name in parents:
-    node = node[name]
-  if leaf not in node:
-    raise KeyError(f"unknown config key {dotted!r}")
-  node[leaf] = value
-
-
 def get_config(spec: str = "smoke"):
   """``"<dataset>,<preset>"`` or ``"<preset>"`` (linear) -> ConfigDict."""
   dataset, preset = "linear", spec
@@ -105,8 +95,7 @@ def dataset_config(dataset: str, preset: str = "smoke", **overrides):
   config = config_lib.make_config(preset, _BASE, {p: dict(v) for p, v in _PRESETS.items()})
   with config.unlocked():
     config.dataset = dataset
-    for dotted, value in {**DATASET_DEFAULTS[dataset], **_PRESETS[preset],
-                          **DATASET_PRESETS.get((dataset, preset), {}),
-                          **overrides}.items():
-      _set(config, dotted, value)
+    config_lib.apply_overrides(config, {**DATASET_DEFAULTS[dataset], **_PRESETS[preset],
+                                        **DATASET_PRESETS.get((dataset, preset), {}),
+                                        **overrides})
   return config

@@ -115,13 +115,6 @@ def task_config(task: str, preset: str = "smoke", **overrides):
     raise ValueError(f"task must be one of {sorted(TASK_DEFAULTS) + ['latents']}, got {task!r}")
   with config.unlocked():
     config.task = task
-    for dotted, value in {**TASK_DEFAULTS.get(task, {}),
-                          **TASK_PRESETS.get((task, preset), {}), **overrides}.items():
-      node = config
-      *parents, leaf = dotted.split(".")
-      for name in parents:
-        node = node[name]
-      if leaf not in node:
-        raise KeyError(f"unknown config key {dotted!r}")
-      node[leaf] = value
+    config_lib.apply_overrides(config, {**TASK_DEFAULTS.get(task, {}),
+                                        **TASK_PRESETS.get((task, preset), {}), **overrides})
   return config
