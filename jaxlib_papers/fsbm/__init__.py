@@ -11,4 +11,7 @@ Public API:
   train       ``run(config, workdir)`` (core.train_loop) and ``run_in_memory``.
 """
 
-from jaxlib_papers.fsbm import feedback, gpath, kernel, tasks  # noqa: F401
+from jaxlib_papers.fsbm import configs, feedback, gpath, kernel, tasks, train
+from jaxlib_papers.fsbm.configs import default as _default  # noqa: F401  (configs.default)
+
+__all__ = ["configs", "feedback", "gpath", "kernel", "tasks", "train"]

@@ -11,7 +11,14 @@ Public API:
 * :mod:`train`: ``run(config, workdir)``; configs in ``configs/default.py``.
 """
 
-from jaxlib_papers.ocm import covariance, diffusion, gmm, kernel, models  # noqa: F401
-from jaxlib_papers.ocm.covariance import METHODS, ocm_target  # noqa: F401
-from jaxlib_papers.ocm.diffusion import make_schedule, nelbo, sample, skip_timesteps  # noqa: F401
-from jaxlib_papers.ocm.kernel import make_dsm_kernel, make_head_kernel, make_predictor  # noqa: F401
+from jaxlib_papers.ocm import configs, covariance, diffusion, gmm, kernel, models, train
+from jaxlib_papers.ocm.configs import default as _default  # noqa: F401  (configs.default)
+from jaxlib_papers.ocm.covariance import METHODS, ocm_target
+from jaxlib_papers.ocm.diffusion import make_schedule, nelbo, sample, skip_timesteps
+from jaxlib_papers.ocm.kernel import make_dsm_kernel, make_head_kernel, make_predictor
+
+__all__ = [
+    "METHODS", "configs", "covariance", "diffusion", "gmm", "kernel", "make_dsm_kernel",
+    "make_head_kernel", "make_predictor", "make_schedule", "models", "nelbo", "ocm_target",
+    "sample", "skip_timesteps", "train",
+]

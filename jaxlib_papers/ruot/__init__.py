@@ -8,4 +8,7 @@ Public API:
   * ``train.run(config, workdir)``: stages 1-4 and evaluation (W1/W2/TMV per time).
 """
 
-from jaxlib_papers.ruot import data, kernel, models  # noqa: F401
+from jaxlib_papers.ruot import configs, data, kernel, models, train
+from jaxlib_papers.ruot.configs import default as _default  # noqa: F401  (configs.default)
+
+__all__ = ["configs", "data", "kernel", "models", "train"]
