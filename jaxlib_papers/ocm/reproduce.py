@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
-
+from jaxlib_papers.core import figures
 from jaxlib_papers.core.reproduce import Claim, Context, register
 
 PAPER_NLL = "CIFAR-10 NLL K=10 (bits/dim): OCM 5.32 < NPR 5.40 < Analytic 5.47"
@@ -60,16 +59,15 @@ def _table(results: dict, dataset: str) -> str:
   return "\n".join(lines) + "\n"
 
 
-def _plot(results: dict, dataset: str, path) -> None:
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+def samples_figure(results: dict, dataset: str):
+  """One scatter of dims 0, 1 per method's samples: a ``matplotlib`` Figure, or None when
+  ``results`` holds no samples."""
   samples = next(iter(results["samples"].values()), {})
   if not samples:
-    return
+    return None
   names = list(samples)
-  fig, axes = plt.subplots(1, len(names), figsize=(2.4 * len(names), 2.6))
-  for ax, name in zip(np.atleast_1d(axes), names):
+  fig, axes = figures.new_figure(1, len(names), size=(2.4, 2.6), squeeze=False)
+  for ax, name in zip(axes[0], names):
     x = samples[name]
     ax.scatter(x[:, 0], x[:, 1], s=1, alpha=0.4)
     ax.set_title(name, fontsize=8)
@@ -78,9 +76,7 @@ def _plot(results: dict, dataset: str, path) -> None:
     ax.set_xticks([])
     ax.set_yticks([])
   fig.suptitle(f"{dataset}: K = {next(iter(results['samples']))} samples (dims 0, 1)")
-  fig.tight_layout()
-  fig.savefig(path, dpi=90)
-  plt.close(fig)
+  return fig
 
 
 # The check's mixtures, fixed before any result was seen (name, config.data overrides).
@@ -163,7 +159,9 @@ def check(ctx: Context) -> list[Claim]:
     results = train.run(config, None, verbose=False)
     claims += claims_for(results, dataset)
     report.append(_table(results, dataset))
-    _plot(results, dataset, ctx.report_dir / f"ocm_{dataset}_samples.png")
+    fig = samples_figure(results, dataset)
+    if fig is not None:
+      figures.save(fig, ctx.report_dir / f"ocm_{dataset}_samples.png")
     summary = {k: results[k] for k in ("nelbo", "terms", "mmd", "mmd_ddim", "head_error")}
     (ctx.report_dir / f"ocm_{dataset}.json").write_text(json.dumps(
         summary, indent=1, sort_keys=True, default=float))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.stats
 
+from jaxlib_papers.core import figures
 from jaxlib_papers.core.reproduce import Claim, Context, register
 from jaxlib_papers.ruot import data as data_lib
 from jaxlib_papers.ruot import train
@@ -42,14 +43,18 @@ def growth_x2_correlation(results) -> float:
   return float(np.mean(values))
 
 
-def _plot(results, path, title):
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+def dynamics_figure(results, title: str):
+  """Data and model particles (left) and mass over time (right): a ``matplotlib`` Figure.
+
+  Args:
+    results: ``train.run`` results (``data``, ``ode``, ``summary``).
+    title: the left panel's title prefix.
+  """
+  from matplotlib import colormaps  # pylint: disable=g-import-not-at-top
   snaps = results["data"]
   xs, log_ws = results["ode"]
-  fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-  colors = plt.cm.viridis(np.linspace(0, 1, len(snaps.times)))
+  fig, axes = figures.new_figure(1, 2, size=(5.5, 4.5))
+  colors = colormaps["viridis"](np.linspace(0, 1, len(snaps.times)))
   for k, (t, x) in enumerate(zip(snaps.times, snaps.xs)):
     axes[0].scatter(x[:, 0], x[:, 1], s=3, color=colors[k], alpha=0.3)
     w = np.exp(log_ws[0, k])
@@ -64,9 +69,7 @@ def _plot(results, path, title):
   axes[1].plot(times, np.ones(len(times)), ":", label="no growth")
   axes[1].set_xlabel("t")
   axes[1].legend()
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  return fig
 
 
 def _gene_claims(ctx: Context) -> tuple[list[Claim], list[str]]:
@@ -134,7 +137,8 @@ def _gene_claims(ctx: Context) -> tuple[list[Claim], list[str]]:
   table.append("")
   table.append("stage seconds: " + ", ".join(f"{k} {v:.1f}"
                                               for k, v in results["timings"].items()))
-  _plot(results, ctx.report_dir / "ruot_gene.png", "gene (t=2 held out)")
+  figures.save(dynamics_figure(results, "gene (t=2 held out)"),
+               ctx.report_dir / "ruot_gene.png", dpi=110)
   return claims, table
 
 
