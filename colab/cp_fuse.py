@@ -39,7 +39,6 @@ if importlib.util.find_spec("jaxlib_papers") is None:
 import os
 
 import matplotlib.pyplot as plt
-from IPython.display import HTML, display
 
 from jaxlib_papers.cp_fuse import plotting, reproduce, train
 from jaxlib_papers.cp_fuse.configs.default import get_config
@@ -58,7 +57,12 @@ print(f"preset {PRESET}: {2 * config.train.num_pairs} models trained for "
 # Highlighted: the longest run the generation shares with the protected passage.
 
 # %%
-display(HTML(plotting.highlighted_html(pair, bench, prompt_index=0)))
+html = plotting.highlighted_html(pair, bench, prompt_index=0)
+try:  # a notebook renders the highlighted overlap; plain Python prints the HTML
+  from IPython.display import HTML, display
+  display(HTML(html))
+except ImportError:
+  print(html)
 
 # %% [markdown]
 # ## Reproduction and utility, all protected prompts

@@ -1,10 +1,14 @@
 """The reproduction check: claim logic on hand-made results, and the smoke run end to end."""
 
 import json
+import os
+import pathlib
+import subprocess
+import sys
 
 import numpy as np
 
-from jaxlib_papers.core.reproduce import Context, load_all
+from jaxlib_papers.core.reproduce import load_all
 from jaxlib_papers.identifiability import reproduce
 
 
@@ -48,11 +52,24 @@ def test_claims_hold_and_miss():
 
 
 def test_smoke_check_end_to_end(tmp_path):
+  # Through the command line on one CPU device, as a user runs it: in this process (8 fake
+  # CPU devices on 2 cores) the sharded vMF train step deadlocked XLA:CPU in
+  # train_loop (not understood yet; see seeds/identifiability.md).
   assert "identifiability" in load_all()
-  claims = reproduce.check(Context("smoke", tmp_path))
-  names = [c.claim.split(":")[0] for c in claims]
+  repo = pathlib.Path(__file__).resolve().parents[2]
+  env = dict(os.environ, PYTHONPATH=str(repo), JAXLIB_PAPERS_CACHE="none")
+  env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split()
+                              if not f.startswith("--xla_force_host_platform_device_count"))
+  out = subprocess.run(
+      [sys.executable, "-m", "launch.reproduce", "--only=identifiability", "--preset=smoke",
+       "--jobs=1", f"--report_dir={tmp_path}"],
+      cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  rows = json.loads((tmp_path / "report.json").read_text())
+  names = [r["claim"].split(":")[0] for r in rows]
   assert names == ["supervised d=5 |C|=100 kappa=10", "sanity", "trend kappa", "sprites"]
-  assert all(c.data == "generated" for c in claims)
+  assert all(r["data"] == "generated" for r in rows)
+  tmp_path = tmp_path / "identifiability"
   assert (tmp_path / "identifiability.png").stat().st_size > 1000
   table = (tmp_path / "identifiability_tables.md").read_text()
   assert "sup_d5" in table and "| trained |" in table
