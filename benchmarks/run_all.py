@@ -114,7 +114,7 @@ def fsbm_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
       return kernel.condsoc_solve(
           mp[:, 0], mp[:, -1], mp, key, settings=csoc, sign=1.0, tau=float(config.tau),
           keypoints=kp, inv_std=feedback.keypoint_inv_std(kp),
-          base_drift=tasks.reference_drift(config), state_cost=tasks.state_cost(config))
+          base_drift=train.reference_drift(config), state_cost=tasks.state_cost(config))
 
     c = settings.csoc
     return HotPath(solve, (mean_path, jax.random.key(0)), 1, "iteration",
@@ -191,21 +191,11 @@ def ruot_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
       nets = make_networks(snaps.dim, int(config.model.width), int(config.model.depth))
       num_seeds = int(config.num_seeds)
       params = jax.vmap(nets.init)(jax.random.split(jax.random.key(0), num_seeds))
-      cfg = config[name]
-      if name == "stage1":
-        trainable = ("v", "g")
-        weights = kernel.FlowLossWeights(ot=cfg.lambda_ot, mass=cfg.lambda_mass)
-      else:
-        trainable = ("v",)
-        weights = kernel.FlowLossWeights(ot=cfg.lambda_ot, mass=0.0)
+      settings = train.flow_stage_settings(config, name)._replace(
+          total_passes=10**6, passes_per_step=1)
       kern = kernel.make_flow_stage(
           nets, [float(t) for t in snaps.times], [jnp.asarray(x) for x in snaps.xs], params,
-          trainable=trainable, weights=weights, optimizer="adam", lr=float(cfg.lr),
-          total_passes=10**6, passes_per_step=1, dt=float(config.ode.dt),
-          sigma=float(config.sigma), alpha=float(config.alpha),
-          ot_kwargs=train._ot_kwargs(config),  # noqa: SLF001 (the package's own settings)
-          sequential_updates=bool(config.sequential_updates), method=str(config.ode.method),
-          equal_steps=bool(config.ode.equal_steps))
+          settings)
       state = jax.jit(kern.init)(jax.random.key(0))
       return HotPath(kern.train_step, (state, None), 1, "pass",
                      f"{source}: {len(snaps.xs) - 1} intervals, counts "

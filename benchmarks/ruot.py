@@ -31,9 +31,10 @@ def time_seeds(snaps, num_seeds: int, passes_per_call: int, repeats: int, ot_met
   params = jax.vmap(nets.init)(jax.random.split(jax.random.key(0), num_seeds))
   kern = K.make_flow_stage(
       nets, list(snaps.times), [jnp.asarray(x) for x in snaps.xs], params,
-      trainable=("v", "g"), weights=K.FlowLossWeights(ot=0.1, mass=1.0), optimizer="adam",
-      lr=1e-3, total_passes=10**6, passes_per_step=passes_per_call, dt=0.01,
-      ot_kwargs=dict(method=ot_method))
+      K.FlowStageSettings(
+          trainable=("v", "g"), weights=K.FlowLossWeights(ot=0.1, mass=1.0),
+          optimizer="adam", lr=1e-3, total_passes=10**6, passes_per_step=passes_per_call,
+          dt=0.01, ot_kwargs=dict(method=ot_method)))
   state = jax.jit(kern.init)(jax.random.key(0))
   step = jax.jit(kern.train_step, donate_argnums=0)
   start = time.perf_counter()

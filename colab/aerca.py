@@ -46,6 +46,7 @@ import numpy as np
 
 from jaxlib_papers.aerca import plotting, train
 from jaxlib_papers.aerca.configs.default import dataset_config
+from jaxlib_papers.core import figures
 
 plt.rcParams["figure.dpi"] = 72
 PRESET = os.environ.get("JAXLIB_PAPERS_DEMO_PRESET", "smoke")
@@ -80,7 +81,7 @@ fig = plotting.overview_figure(results["parts"], np.asarray(m["aerca"]["graph_me
                                np.asarray(m["aerca"]["z_example"]),
                                title=f"AERCA on the linear set ({PRESET})",
                                var_graph=np.asarray(m["var"]["graph_mean"]))
-plt.show()
+figures.show(fig)  # the Figure the reproduction check saves (no pyplot state)
 
 # %% [markdown]
 # ## Avg@k for every k

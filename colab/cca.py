@@ -44,6 +44,7 @@ import matplotlib.pyplot as plt
 
 from jaxlib_papers.cca import plotting, toy, train
 from jaxlib_papers.cca.configs.default import get_config
+from jaxlib_papers.core import figures
 from jaxlib_papers.core.precision import enable_x64
 
 PRESET = os.environ.get("JAXLIB_PAPERS_DEMO_PRESET", "smoke")
@@ -93,4 +94,4 @@ print(train.summary_table(result))
 
 # %%
 fig = plotting.figure(result, config.data.levels, dpi=70)
-plt.show()
+figures.show(fig)  # the Figure the reproduction check saves

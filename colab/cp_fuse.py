@@ -38,8 +38,7 @@ if importlib.util.find_spec("jaxlib_papers") is None:
 # %%
 import os
 
-import matplotlib.pyplot as plt
-
+from jaxlib_papers.core import figures
 from jaxlib_papers.cp_fuse import plotting, reproduce, train
 from jaxlib_papers.cp_fuse.configs.default import get_config
 
@@ -79,4 +78,4 @@ print(reproduce.table_markdown([stats]))
 
 # %%
 fig = plotting.summary_figure(pair, bench, prompt_index=0)
-plt.show()
+figures.show(fig)  # the Figure the reproduction check saves

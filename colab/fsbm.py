@@ -42,6 +42,7 @@ import jax
 import matplotlib.pyplot as plt
 import numpy as np
 
+from jaxlib_papers.core import figures
 from jaxlib_papers.fsbm import plotting, tasks, train
 from jaxlib_papers.fsbm.configs import default
 
@@ -59,7 +60,7 @@ print(f"preset {PRESET}: {config.loop.num_steps} alternations, B={config.batch_s
 # `from jaxlib_papers.core import datasets`.
 
 # %%
-fsbm, base = train.run_in_memory(config, (config.tau, 0.0), verbose=False)
+fsbm, base = train.run(config, taus=(config.tau, 0.0), verbose=False)
 for res in (fsbm, base):
   print(f"tau={res['tau']:g}: collision rate {res['collision_rate']:.3f}, "
         f"W2 {res['w2']:.3f}, MMD {res['mmd']:.4f}")
@@ -100,12 +101,11 @@ plt.show()
 
 # %%
 op_config = default.task_config("opinion", PRESET)
-op_fsbm, op_base = train.run_in_memory(op_config, (op_config.tau, 0.0), verbose=False)
+op_fsbm, op_base = train.run(op_config, taus=(op_config.tau, 0.0), verbose=False)
 p0, _ = tasks.marginals("opinion", op_config.dim)
 ref_pol = train.reference_polarisation(op_config, p0.sample(np.random.default_rng(0), 500),
                                        jax.random.key(0))
-plotting.opinion_figure(op_fsbm, op_base, ref_pol)
-plt.show()
+figures.show(plotting.opinion_figure(op_fsbm, op_base, ref_pol))  # as the check saves it
 for res in (op_fsbm, op_base):
   print(f"tau={res['tau']:g}: max polarisation {res['polarisation_max']:.3f}, "
         f"terminal {res['polarisation']:.3f}, MMD {res['mmd']:.4f}")

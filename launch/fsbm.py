@@ -28,7 +28,7 @@ def main(argv):
   from jaxlib_papers.core import writers  # pylint: disable=g-import-not-at-top
   from jaxlib_papers.fsbm import train  # pylint: disable=g-import-not-at-top
   workdir = common.workdir("fsbm")
-  results = train.run(_CONFIG.value, workdir)
+  (results,) = train.run(_CONFIG.value, workdir)
   summary = {k: results[k] for k in ("collision_rate", "w2", "mmd", "directional_similarity",
                                      "polarisation", "polarisation_max",
                                      "polarisation_path", "target_polarisation")

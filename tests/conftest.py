@@ -1,7 +1,20 @@
-"""Test set-up: 8 fake CPU devices (before jax loads) so sharding is tested everywhere."""
+"""Test set-up: 8 fake CPU devices (before jax loads) so sharding is tested everywhere.
+
+One persistent XLA compilation cache per test session, shared by the xdist workers and by
+every subprocess a test starts (demos, launchers, the main job): a program compiled by one
+of them (the same smoke-size training in a demo, a launcher and a reproduction check) is
+loaded, not recompiled, by the others. It changes no result (the same HLO gives the same
+executable), only the suite's time; the folder is removed when the session ends.
+"""
 
 import os
+import shutil
+import tempfile
 
+_OWN_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
+if _OWN_CACHE:  # set by the xdist controller before it starts the workers, who inherit it
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="jaxlib_papers_jit_")
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 import jaxlib_papers  # noqa: E402,F401  (sets the XLA:CPU scheduler work-around first)
@@ -21,6 +34,32 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 if SHARED_DATA.is_dir():
   os.environ.setdefault("JAXLIB_PAPERS_DATA_DIR", str(SHARED_DATA))
 os.environ.setdefault("JAXLIB_PAPERS_DATA_OFFLINE", "1")
+
+
+# The longest tests (subprocess demos and checks, multi-process runs) go first, so the two
+# xdist workers do not end with one of them running alone.
+_LONG_FIRST = (
+    "test_colab_demo_runs_at_smoke_size", "test_every_check_runs_on_generated_data",
+    "identifiability/test_identifiability_reproduce", "test_core_multihost",
+    "cca/test_cca_e2e", "cp_fuse/test_cp_fuse_train", "ruot/test_ruot_train",
+    "test_core_fault", "identifiability/test_identifiability_kernel", "fsbm/test_fsbm_opinion",
+    "ocm/test_ocm_e2e", "fsbm/test_fsbm_train",
+)
+
+
+def pytest_collection_modifyitems(items):
+  def rank(item):
+    for i, pattern in enumerate(_LONG_FIRST):
+      if pattern in item.nodeid:
+        return i
+    return len(_LONG_FIRST)
+  items.sort(key=rank)  # stable: the order within each group is unchanged
+
+
+def pytest_unconfigure(config):
+  del config
+  if _OWN_CACHE and "PYTEST_XDIST_WORKER" not in os.environ:
+    shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

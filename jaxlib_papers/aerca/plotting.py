@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from jaxlib_papers.core import figures
+
 
 def overview_figure(parts: dict, learned_graph: np.ndarray, scores: np.ndarray | None = None,
                     series_index: int = 0, title: str = "", var_graph=None):
@@ -15,9 +17,8 @@ def overview_figure(parts: dict, learned_graph: np.ndarray, scores: np.ndarray |
     scores: [T', p] z-scores of ``series_index`` (aligned with labels[K:]) or None.
     var_graph: optional [p, p] VAR |A| graph for a third panel.
   """
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   panels = 4 if var_graph is None else 5
-  fig, axes = plt.subplots(1, panels, figsize=(3.2 * panels, 2.8))
+  fig, axes = figures.new_figure(1, panels, size=(3.2, 2.8))
   xa = parts["test_abnormal"][series_index]
   xn = parts["test_normal"][series_index]
   labels = parts["test_labels"][series_index]
@@ -50,5 +51,4 @@ def overview_figure(parts: dict, learned_graph: np.ndarray, scores: np.ndarray |
     ax.set_xticklabels([str(j) for j in order], fontsize=6)
     ax.set_title("z-scores at t_p (red: root causes)", fontsize=8)
   fig.suptitle(title, fontsize=9)
-  fig.tight_layout()
   return fig

@@ -15,6 +15,7 @@ import numpy as np
 
 from jaxlib_papers.aerca import plotting, train
 from jaxlib_papers.aerca.configs.default import dataset_config
+from jaxlib_papers.core import figures
 from jaxlib_papers.core.reproduce import Claim, Context, register
 
 PAPER = {
@@ -41,19 +42,12 @@ def _acs(m) -> list[float]:
 
 
 def _plot(ctx: Context, name: str, res: dict) -> None:
-  try:
-    import matplotlib  # pylint: disable=g-import-not-at-top
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  except ImportError:  # pragma: no cover
-    return
   parts = res["parts"]
   z = np.asarray(res["methods"]["aerca"]["z_example"])
   fig = plotting.overview_figure(
       parts, np.asarray(res["methods"]["aerca"]["graph_mean"]), z,
       title=f"AERCA on {name}", var_graph=np.asarray(res["methods"]["var"]["graph_mean"]))
-  fig.savefig(ctx.report_dir / f"aerca_{name}.png", dpi=80)
-  plt.close(fig)
+  figures.save(fig, ctx.report_dir / f"aerca_{name}.png", dpi=80)
 
 
 @register("aerca")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+from matplotlib.figure import Figure
 
 from jaxlib_papers.cca import data as data_lib
+from jaxlib_papers.core import figures
 
 
 def sample_grid(ax, tokens: np.ndarray, labels: np.ndarray, levels: int, title: str,
@@ -43,20 +45,19 @@ def tradeoff(ax, result: dict) -> None:
 
 def figure(result: dict, levels: int, path=None, dpi: int = 80):
   """Sample grids (base, best CFG, main CCA, CCA + CFG) and the trade-off plot."""
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   metrics, samples, labels = result["metrics"], result["samples"], result["labels"]
   cfg = [k for k in metrics if k.startswith("cfg ")]
   best_cfg = max(cfg, key=lambda k: np.mean(metrics[k]["accuracy"])) if cfg else "base"
   main = f"cca lambda={result['main_lambda']:g}"
   both = [k for k in metrics if k.startswith("cca+cfg")]
   shown = ["base", best_cfg, main] + both[:1]
-  fig, axes = plt.subplots(1, len(shown) + 1, figsize=(2.2 * (len(shown) + 1.6), 3.0),
-                           gridspec_kw={"width_ratios": [1] * len(shown) + [1.8]})
+  fig = Figure(figsize=(2.2 * (len(shown) + 1.6), 3.0), layout="tight")
+  axes = fig.subplots(1, len(shown) + 1,
+                      gridspec_kw={"width_ratios": [1] * len(shown) + [1.8]})
   for ax, name in zip(axes, shown):
     acc = np.mean(metrics[name]["accuracy"])
     sample_grid(ax, samples[name][0], labels, levels, f"{name}\nacc {acc:.0f}%")
   tradeoff(axes[-1], result)
-  fig.tight_layout()
   if path is not None:
-    fig.savefig(path, dpi=dpi)
+    figures.save(fig, path, dpi=dpi)
   return fig

@@ -193,11 +193,6 @@ def check(ctx: Context) -> list[Claim]:
       f"timing (s): {json.dumps({k: round(v, 1) for k, v in result['timing'].items()})}\n")
   summary = {name: {k: v.tolist() for k, v in m.items()} for name, m in result["metrics"].items()}
   (ctx.report_dir / "cca.json").write_text(json.dumps(summary, indent=1))
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-
   from jaxlib_papers.cca import plotting  # pylint: disable=g-import-not-at-top
-  fig = plotting.figure(result, config.data.levels, ctx.report_dir / "cca_samples.png")
-  plt.close(fig)
+  plotting.figure(result, config.data.levels, ctx.report_dir / "cca_samples.png")
   return claims

@@ -22,6 +22,7 @@ import optax
 
 from jaxlib_papers.cca import data as data_lib
 from jaxlib_papers.cca import evaluate, kernel, models
+from jaxlib_papers.core import config as config_lib
 from jaxlib_papers.core import train_loop, writers
 
 
@@ -35,11 +36,9 @@ def make_model(config: ml_collections.ConfigDict) -> models.ARTransformer:
                               heads=m.heads, mlp=m.mlp)
 
 
-def _stage_config(config, loop: dict[str, Any], groups: tuple[str, ...]):
-  tree = {g: config[g].to_dict() if isinstance(config[g], ml_collections.ConfigDict)
-          else config[g] for g in groups}
-  tree.update(seed=config.seed, num_seeds=config.num_seeds, loop=loop)
-  return ml_collections.ConfigDict(tree)
+def _stage_config(config, stage: str, loop: dict[str, Any], groups: tuple[str, ...]):
+  return config_lib.stage_config(config, stage, groups=groups, loop=loop,
+                                 num_seeds=config.num_seeds)
 
 
 def pretrain_optimizer(config, total_steps: int) -> optax.GradientTransformation:
@@ -73,7 +72,8 @@ def pretrain(config, digits: data_lib.Digits, workdir=None, mesh=None):
   tk = kernel.make_pretrain_kernel(
       model, pretrain_optimizer(config, int(config.loop.num_steps)),
       num_runs=config.num_seeds, label_dropout=config.pretrain.label_dropout)
-  stage = _stage_config(config, config.loop.to_dict(), ("data", "model", "pretrain"))
+  stage = _stage_config(config, "pretrain", config.loop.to_dict(),
+                        ("data", "model", "pretrain"))
   result = train_loop.run(tk, source, stage, None if workdir is None else workdir / "pretrain",
                           mesh=mesh, name="cca/pretrain")
   params = jax.device_get(result.state.params)
@@ -103,7 +103,7 @@ def align(config, digits: data_lib.Digits, references, workdir=None, mesh=None,
                                  config.align.batch_size, run_seeds)
   steps = align_steps(config, digits.train_tokens.shape[0])
   loop = dict(config.align_loop.to_dict(), num_steps=steps)
-  stage = _stage_config(config, loop, ("data", "model", "pretrain", "align"))
+  stage = _stage_config(config, "align", loop, ("data", "model", "pretrain", "align"))
   stage.pretrain_steps = int(config.loop.num_steps)
   stage.align.lambdas = tuple(float(x) for x in lambdas)
   result = train_loop.run(tk, source, stage, None if workdir is None else workdir / "align",

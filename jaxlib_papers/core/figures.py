@@ -9,6 +9,7 @@ plotting functions return a Figure, and the checks and the Colab demos call the 
 
 from __future__ import annotations
 
+import io
 import pathlib
 from typing import Any
 
@@ -36,3 +37,22 @@ def save(fig: Figure, path: str | pathlib.Path, *, dpi: int = 90) -> pathlib.Pat
   path.parent.mkdir(parents=True, exist_ok=True)
   fig.savefig(path, dpi=dpi)
   return path
+
+
+def show(fig: Figure, *, dpi: int = 80) -> None:
+  """Displays ``fig`` in a notebook as a PNG; outside one (plain ``python``), does nothing.
+
+  The Colab demos call it on the Figures the reproduction checks save, so a demo runs the
+  same under plain ``python`` (as the tests run it) and in a notebook, whatever backend
+  pyplot would have picked.
+  """
+  try:
+    from IPython import get_ipython  # pylint: disable=g-import-not-at-top
+    from IPython.display import Image, display  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return
+  if get_ipython() is None:
+    return
+  buffer = io.BytesIO()
+  fig.savefig(buffer, format="png", dpi=dpi)
+  display(Image(data=buffer.getvalue(), format="png"))

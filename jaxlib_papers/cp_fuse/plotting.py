@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import html
-import pathlib
 
 import numpy as np
 
+from jaxlib_papers.core import figures
 from jaxlib_papers.cp_fuse import data as data_lib
 from jaxlib_papers.cp_fuse import metrics
 
@@ -16,14 +16,10 @@ SHOWN = ("model_1", "model_2", "cp_delta", "cp_fuse", "cp_fuse_exact")
 def summary_figure(pair: dict, bench: data_lib.Benchmark, path=None, prompt_index: int = 0):
   """Three panels: p95 LCS per method, the CP-Fuse weights along one protected decode,
   and the per-model objectives F_i along it. Returns the figure (saved when ``path``)."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  if path is not None:
-    matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   owner = pair["owner"]
   private = owner < 2
   rep = pair["reproduction"]
-  fig, axes = plt.subplots(1, 3, figsize=(11, 3.0))
+  fig, axes = figures.new_figure(1, 3, size=(11 / 3, 3.0))
   names = list(rep)
   p95 = [np.percentile(rep[n]["lcs_sets"].max(1)[private], 95) for n in names]
   axes[0].barh(names, p95, color=["C0" if "cp_fuse" not in n else "C3" for n in names])
@@ -44,10 +40,8 @@ def summary_figure(pair: dict, bench: data_lib.Benchmark, path=None, prompt_inde
   axes[2].set_xlabel("decoding step")
   axes[2].legend(fontsize=6)
   axes[2].set_title("CP-Fuse (grid): per-model objectives", fontsize=9)
-  fig.tight_layout()
   if path is not None:
-    fig.savefig(pathlib.Path(path), dpi=80)
-    plt.close(fig)
+    figures.save(fig, path, dpi=80)
   return fig
 
 

@@ -5,10 +5,9 @@ Public API:
   feedback    feedback cost G from aligned keypoints, grad G, divergence term.
   kernel      CondSOC loss/solve (one program over all pairs), bridge matching,
               sampling, the alternating kernel (``make_kernel``).
-  baselines   SB-CFM with minibatch Sinkhorn couplings (ott-jax).
   tasks       S-tunnel / V-neck marginals and obstacles, generated keypoints,
               keypoint and latent loaders, metrics (collision, directional similarity).
-  train       ``run(config, workdir)`` (core.train_loop) and ``run_in_memory``.
+  train       ``run(config, workdir, taus=...)``: core.train_loop, one compile for every tau.
 """
 
 from jaxlib_papers.fsbm import configs, feedback, gpath, kernel, tasks, train

@@ -4,7 +4,7 @@ Every function is pure and jit-free; `core.train_loop` (or a test) jits them.
 Shapes: B endpoint pairs, D state dims, N noise draws per pair, S CondSOC grid
 points, T = T_mean mean knots, M the M-step batch.
 
-One alternation (``alternate``) is one compiled program:
+One alternation (``train_step``) is one compiled program:
   1. endpoint pairs: round 0 uses independent (x0, x1) with straight-line mean
      knots; round k >= 1 simulates the EMA model of the other direction
      (k odd: forward from x0, k even: backward from x1) and takes its path at
@@ -14,8 +14,8 @@ One alternation (``alternate``) is one compiled program:
   3. M-step: a lax.scan of AdamW + EMA steps regressing the trained
      direction's network (round 0 and even rounds: forward, odd: backward) on
      the fitted paths' drifts.
-tau is a traced argument, so tau = 0 (the unguided DSBM-like baseline) runs
-through the very same program.
+tau is data of the batch (``batch["tau"]``, one weight per pair), so tau = 0
+(the unguided DSBM-like baseline) runs through the very same compiled program.
 
 Reference drifts. ``base_drift`` is None, a plain f(t, x), or a mean-field
 drift (an object with ``drift(t, x, field)``, ``field_from(sample_at)`` and
@@ -39,7 +39,7 @@ import numpy as np
 import optax
 from jax.typing import ArrayLike
 
-from jaxlib_papers.core import sde
+from jaxlib_papers.core import contract, sde
 from jaxlib_papers.fsbm import feedback, gpath, models
 
 PyTree = Any
@@ -177,7 +177,7 @@ def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
     key: PRNG key.
     settings: CondSOC settings.
     sign: +1.0 forward / -1.0 backward anchoring.
-    tau: feedback weight.
+    tau: feedback weight, [] or [B] (one per pair).
     keypoints: [K, S, D]; inv_std: [S, D].
     base_drift: optional reference drift.
     state_cost: optional known state cost V (GSBM-style baseline).
@@ -200,15 +200,16 @@ def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
   opt_state = tx.init(params)
   noise_shape = (num_pairs, settings.num_noise, settings.num_steps, dim)
   safe = settings.safe_ratio > 0
+  tau = jnp.broadcast_to(jnp.asarray(tau, x0.dtype), (num_pairs,))
 
   def objective(p, it):
     noise = jax.random.normal(jax.random.fold_in(key, it), noise_shape, x0.dtype)
     losses, _ = jax.vmap(
-        lambda pp, a, b, n: condsoc_pair_loss(
-            pp, a, b, n, sigma=settings.sigma, t=t, sign=sign, tau=tau,
+        lambda pp, a, b, n, w: condsoc_pair_loss(
+            pp, a, b, n, sigma=settings.sigma, t=t, sign=sign, tau=w,
             keypoints=keypoints, inv_std=inv_std, base_drift=base_drift,
             state_cost=state_cost))(
-                p, x0, x1, noise)
+                p, x0, x1, noise, tau)
     return jnp.sum(losses) / settings.micro_batch, losses
 
   def per_pair(mask, a, b):
@@ -350,15 +351,6 @@ class FSBMSettings(NamedTuple):
   t_eps: float = 1e-4        # M-step t ~ U(t_eps, 1 - t_eps)
 
 
-class FSBMKernel(NamedTuple):
-  init: Callable
-  train_step: Callable
-  alternate: Callable       # (state, batch, tau) -> (state, metrics)
-  simulate: Callable        # (state, x_start, key, sign, use_ema=True) -> path
-  apply_fn: Callable
-  settings: FSBMSettings
-
-
 def _stack2(tree):
   return jax.tree.map(lambda a, b: jnp.stack([a, b]), *tree)
 
@@ -395,13 +387,13 @@ def population_field(reference: MeanFieldDrift, path_params: gpath.PathParams,
 def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
                 base_drift: BaseDrift | MeanFieldDrift = None,
                 collision_fn: Callable[[jax.Array], jax.Array] | None = None,
-                state_cost: StateCost = None) -> FSBMKernel:
+                state_cost: StateCost = None) -> contract.TrainKernel:
   """Builds the FSBM alternating kernel.
 
   Args:
     settings: static settings.
     keypoints: [K, S, D] aligned trajectories on the CondSOC grid.
-    tau: feedback weight used by ``train_step`` (``alternate`` takes any tau).
+    tau: default feedback weight, used for a batch without ``"tau"``.
     base_drift: optional reference drift: f(t, x), or a :class:`MeanFieldDrift`
       (its table lives in ``FSBMState.field``).
     collision_fn: optional ``x [..., D] -> bool [...]`` obstacle test; when
@@ -410,8 +402,12 @@ def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
       this is the GSBM-style baseline that is told where the obstacles are).
 
   Returns:
-    An :class:`FSBMKernel`. ``train_step(state, batch)`` takes
-    batch = {"x0": [B, D], "x1": [B, D]} samples of the two marginals.
+    A :class:`~jaxlib_papers.core.contract.TrainKernel`: ``train_step(state, batch)``
+    runs one alternation on batch = {"x0": [B, D], "x1": [B, D]} samples of the two
+    marginals and optionally "tau": [B] per-pair feedback weights (traced, so every
+    tau shares one compiled program; the loop shards it with the pairs). Extras:
+    ``simulate(state, x_start [n, D], key, sign, use_ema=True) -> [nfe + 1, n, D]``
+    (forward-time order), ``apply_fn`` (the flax network's apply) and ``settings``.
   """
   if tau < 0:
     raise ValueError(f"tau must be >= 0, got {tau}")
@@ -452,9 +448,12 @@ def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
                     num_steps=settings.num_sim_steps, sign=sign,
                     base_drift=reference(state.field))
 
-  def alternate(state: FSBMState, batch, tau_value):
+  def train_step(state: FSBMState, batch):
     x0, x1 = batch["x0"], batch["x1"]
+    chex.assert_rank([x0, x1], 2)
     chex.assert_equal_shape([x0, x1])
+    tau_value = batch.get("tau", jnp.full(x0.shape[:1], tau, x0.dtype))
+    chex.assert_shape(tau_value, x0.shape[:1])
     k = state.step
     key, k_sim, k_csoc, k_match, k_eval = jax.random.split(state.key, 5)
     # A separate stream for the mean-field tables, so tasks without one keep
@@ -556,8 +555,5 @@ def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
           jnp.any(collision_fn(path), axis=0).astype(jnp.float32))
     return new_state, metrics
 
-  def train_step(state, batch):
-    return alternate(state, batch, jnp.asarray(tau, jnp.float32))
-
-  return FSBMKernel(init=init, train_step=train_step, alternate=alternate,
-                    simulate=sim, apply_fn=apply_fn, settings=settings)
+  return contract.train_kernel(init, train_step, simulate=sim, apply_fn=apply_fn,
+                               settings=settings)

@@ -32,6 +32,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlib_papers.fsbm import tasks
+
 # Official setting (DeepGSB / FSBM opinion task).
 STRENGTH = 6.0
 MULTIPLIER_COEFF = 8.0
@@ -213,7 +215,6 @@ def generate_keypoints(num: int, num_steps: int, dim: int, *, seed: int = 0,
   p0 and p1 without forming camps.
   """
   from jaxlib_papers.core import ot as core_ot  # pylint: disable=g-import-not-at-top
-  from jaxlib_papers.fsbm import tasks  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(seed)
   p0, p1 = tasks.marginals("opinion", dim)
   x0, x1 = p0.sample(rng, num), p1.sample(rng, num)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from jaxlib_papers.core import figures
+
 
 def draw_obstacles(ax, task: str, lim: float = 15.0) -> None:
   from jaxlib_papers.fsbm import tasks  # pylint: disable=g-import-not-at-top
@@ -65,13 +67,11 @@ def plot_opinion_pca(ax, paths, *, title: str = "", num: int = 60) -> None:
 def opinion_figure(fsbm: dict, base: dict, reference_polarisation, *, title: str = "opinion"):
   """Polarisation over time (FSBM, tau = 0, reference dynamics, p1) and both models'
   paths in PCA; fsbm / base are ``train.evaluate`` results of the opinion task."""
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+  fig, axes = figures.new_figure(1, 3, size=(5.0, 4.5))
   plot_polarisation(axes[0], {"FSBM": fsbm["polarisation_path"],
                               "tau = 0": base["polarisation_path"],
                               "reference dynamics": reference_polarisation},
                     target=fsbm["target_polarisation"])
   for ax, res, name in ((axes[1], fsbm, "FSBM"), (axes[2], base, "tau = 0")):
     plot_opinion_pca(ax, res["paths"], title=f"{title} {name} (PCA at t = 0.5)")
-  fig.tight_layout()
   return fig

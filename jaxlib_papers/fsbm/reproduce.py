@@ -47,7 +47,7 @@ def task_run(task: str, tau: float, preset: str, seed: int, keypoints_path: str 
     overrides.update(keypoints_path=keypoints_path, num_feedback=80, **{"csoc.S": 100})
   config = default.task_config(task, preset, **overrides)
   start = time.perf_counter()
-  fsbm, base = train.run_in_memory(config, (tau, 0.0), verbose=preset != "smoke")
+  fsbm, base = train.run(config, taus=(tau, 0.0), verbose=preset != "smoke")
   return config, fsbm, base, time.perf_counter() - start
 
 
@@ -58,24 +58,19 @@ def gsbm_run(task: str, preset: str, seed: int, keypoints_path: str | None):
   if keypoints_path:  # unused by tau = 0, but keeps the grid and split identical
     overrides.update(keypoints_path=keypoints_path, num_feedback=80, **{"csoc.S": 100})
   config = default.task_config(task, preset, **overrides)
-  (gsbm,) = train.run_in_memory(config, (0.0,), verbose=preset != "smoke")
+  (gsbm,) = train.run(config, taus=(0.0,), verbose=preset != "smoke")
   return gsbm
 
 
 def plot(ctx, task, fsbm, base):
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-
+  from jaxlib_papers.core import figures  # pylint: disable=g-import-not-at-top
   from jaxlib_papers.fsbm import plotting  # pylint: disable=g-import-not-at-top
-  fig, axes = plt.subplots(1, 2, figsize=(10, 5))
+  fig, axes = figures.new_figure(1, 2, size=(5.0, 5.0))
   for ax, res, name in ((axes[0], fsbm, "FSBM"), (axes[1], base, "tau = 0")):
     plotting.plot_trajectories(
         ax, task, res["paths"], res["feedback_keypoints"],
         title=f"{task} {name}: collision {res['collision_rate']:.2f}, W2 {res['w2']:.2f}")
-  fig.tight_layout()
-  fig.savefig(ctx.report_dir / f"fsbm_{task}.png", dpi=100)
-  plt.close(fig)
+  figures.save(fig, ctx.report_dir / f"fsbm_{task}.png", dpi=100)
 
 
 @reproduce.register("fsbm")
@@ -198,11 +193,7 @@ def opinion_claims(ctx) -> list[reproduce.Claim]:
 
 
 def plot_opinion(ctx, fsbm, base, ref_pol):
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-
+  from jaxlib_papers.core import figures  # pylint: disable=g-import-not-at-top
   from jaxlib_papers.fsbm import plotting  # pylint: disable=g-import-not-at-top
-  fig = plotting.opinion_figure(fsbm, base, ref_pol)
-  fig.savefig(ctx.report_dir / "fsbm_opinion.png", dpi=100)
-  plt.close(fig)
+  figures.save(plotting.opinion_figure(fsbm, base, ref_pol),
+               ctx.report_dir / "fsbm_opinion.png", dpi=100)

@@ -53,21 +53,6 @@ def collision(name: str, x):
   raise ValueError(f"task {name!r} has no obstacles")
 
 
-def reference_drift(config):
-  """The task's reference drift for the kernel: None, or the opinion task's
-  mean-field polarising drift (``opinion.PolarizeDrift``) built from
-  ``config.opinion``."""
-  if config.task != "opinion":
-    return None
-  from jaxlib_papers.fsbm import opinion  # pylint: disable=g-import-not-at-top
-  oc = config.opinion
-  if int(oc.field_times) < 2:
-    raise ValueError(f"config.opinion.field_times must be >= 2, got {oc.field_times}")
-  return opinion.PolarizeDrift.create(
-      int(config.dim), num_times=int(oc.field_times), strength=float(oc.strength),
-      coeff=float(oc.multiplier_coeff), seed=int(oc.direction_seed))
-
-
 # GSBM's obstacle-cost weights (its stunnel / vneck configs).
 OBSTACLE_WEIGHT = {"stunnel": 1500.0, "vneck": 3000.0}
 

@@ -43,6 +43,20 @@ def settings_from_config(config) -> kernel_lib.FSBMSettings:
       num_sim_steps=int(config.num_sim_steps), hidden=int(config.model.hidden))
 
 
+def reference_drift(config):
+  """The task's reference drift for the kernel: None, or the opinion task's
+  mean-field polarising drift (``opinion.PolarizeDrift``) built from
+  ``config.opinion``."""
+  if config.task != "opinion":
+    return None
+  oc = config.opinion
+  if int(oc.field_times) < 2:
+    raise ValueError(f"config.opinion.field_times must be >= 2, got {oc.field_times}")
+  return opinion.PolarizeDrift.create(
+      int(config.dim), num_times=int(oc.field_times), strength=float(oc.strength),
+      coeff=float(oc.multiplier_coeff), seed=int(oc.direction_seed))
+
+
 def load_task_keypoints(config) -> tuple[np.ndarray, np.ndarray, str]:
   """(feedback [K_fb, S, D], held_out [K_ho, S, D], source description)."""
   if config.keypoints_path:
@@ -100,7 +114,7 @@ def build(config, tau: float | None = None):
   settings = settings_from_config(config)
   kern = kernel_lib.make_kernel(
       settings, fb, tau=float(config.tau if tau is None else tau),
-      base_drift=tasks.reference_drift(config),
+      base_drift=reference_drift(config),
       collision_fn=tasks.collision_fn(config.task),
       state_cost=tasks.state_cost(config))
   return kern, make_data(config), fb, held, source
@@ -152,77 +166,66 @@ def reference_polarisation(config, x0, key) -> list[float]:
   task from x0 [n, D] (every 10th of ``config.num_sim_steps`` EM steps, like the
   ``polarisation_path`` of :func:`evaluate`)."""
   path = jax.jit(lambda x, k: opinion.simulate_reference(
-      tasks.reference_drift(config), x, k, sigma=float(config.sigma),
+      reference_drift(config), x, k, sigma=float(config.sigma),
       num_steps=int(config.num_sim_steps)))(jnp.asarray(x0), key)
   return [opinion.polarisation_index(np.asarray(x)) for x in path[::10]]
 
 
-def run(config, workdir: str | pathlib.Path | None = None, *, tau: float | None = None,
-        evaluate_model: bool = True) -> dict[str, Any]:
-  """Trains FSBM (alternations through core.train_loop) and evaluates it.
+def with_tau(data, tau: float):
+  """``data`` with each batch's per-pair feedback weight "tau" ([B], all ``tau``)."""
+  def data_tau(step):
+    batch = data(step)
+    return {**batch, "tau": np.full(len(batch["x0"]), tau, np.float32)}
+  return data_tau
+
+
+def _config_with_tau(config, tau: float):
+  config = config.copy_and_resolve_references()
+  with config.unlocked():
+    config.tau = float(tau)
+  return config
+
+
+def run(config, workdir: str | pathlib.Path | None = None, *,
+        taus: tuple[float, ...] | None = None, evaluate_model: bool = True,
+        verbose: bool = True) -> list[dict[str, Any]]:
+  """Trains FSBM (alternations through core.train_loop) once per tau, and evaluates.
+
+  One kernel serves every tau: tau is data of the batch, so FSBM and its tau = 0
+  baseline share one compiled alternation.
 
   Args:
-    config: from ``configs.default.get_config``.
-    workdir: checkpoints/metrics folder, or None (in memory).
-    tau: overrides config.tau (0 = unguided baseline).
-    evaluate_model: sample and score the forward model at the end.
+    config: from ``configs.default.get_config`` / ``task_config``.
+    workdir: checkpoints/metrics folder (one subfolder ``tau_<tau>`` per tau), or None
+      to train in memory.
+    taus: feedback weights to train (default: ``(config.tau,)``; 0 = unguided baseline).
+    evaluate_model: sample and score each forward model at the end.
+    verbose: print the loop's progress lines.
 
   Returns:
-    dict: history (per-alternation metrics), state, keypoints_source,
-    feedback/held_out keypoints, and the evaluation metrics.
+    One dict per tau: tau, history (per-alternation metrics), state, kernel,
+    keypoints_source, feedback/held_out keypoints, and the evaluation metrics.
   """
-  kern, data, fb, held, source = build(config, tau)
-  if tau is not None:
-    config = config.copy_and_resolve_references()
-    with config.unlocked():
-      config.tau = float(tau)
-  result = train_loop.run(kern, data, config, workdir, name="fsbm")
-  out: dict[str, Any] = {"history": result.history, "state": result.state,
-                         "keypoints_source": source, "feedback_keypoints": fb,
-                         "held_out_keypoints": held, "kernel": kern}
-  if evaluate_model:
-    out.update(evaluate(kern, result.state, config))
-  return out
-
-
-def run_in_memory(config, taus=None, *, evaluate_model: bool = True,
-                  verbose: bool = True) -> list[dict[str, Any]]:
-  """Trains one model per tau with ONE compiled alternation (tau is traced).
-
-  No checkpoints or files: for reproduction checks, tests and demos that
-  compare FSBM with its tau = 0 baseline at the cost of a single compile.
-
-  Args:
-    config: FSBM config.
-    taus: sequence of feedback weights (default: (config.tau, 0.0)).
-
-  Returns:
-    One result dict per tau (like :func:`run`, plus "tau").
-  """
-  import time  # pylint: disable=g-import-not-at-top
-  taus = (float(config.tau), 0.0) if taus is None else tuple(float(t) for t in taus)
+  taus = (float(config.tau),) if taus is None else tuple(float(t) for t in taus)
+  for tau in taus:
+    if not (np.isfinite(tau) and tau >= 0):
+      raise ValueError(f"taus must be finite and >= 0, got {taus}")
   kern, data, fb, held, source = build(config)
-  alternate = jax.jit(kern.alternate)
   outs = []
   for tau in taus:
-    state = jax.jit(kern.init)(jax.random.key(int(config.seed)))
-    history = []
-    start = time.perf_counter()
-    for step in range(int(config.loop.num_steps)):
-      state, metrics = alternate(state, data(step), jnp.float32(tau))
-      row = {"step": step + 1, **{k: float(v) for k, v in jax.device_get(metrics).items()}}
-      if not np.isfinite(row["loss"]):
-        raise FloatingPointError(f"[fsbm tau={tau}] loss became {row['loss']} at "
-                                 f"alternation {step + 1}")
-      history.append(row)
-      if verbose:
-        print(f"[fsbm tau={tau:g}] alternation {step + 1}/{config.loop.num_steps} "
-              + " | ".join(f"{k} {v:.4g}" for k, v in row.items() if k != "step")
-              + f" | {time.perf_counter() - start:.1f}s", flush=True)
-    out: dict[str, Any] = {"tau": tau, "history": history, "state": state,
+    cfg = _config_with_tau(config, tau)
+    if not verbose:
+      with cfg.unlocked():
+        cfg.loop.quiet = True
+    sub = None
+    if workdir is not None:
+      sub = pathlib.Path(workdir) / (f"tau_{tau:g}" if len(taus) > 1 else "")
+    result = train_loop.run(kern, with_tau(data, tau), cfg, sub,
+                            name=f"fsbm tau={tau:g}")
+    out: dict[str, Any] = {"tau": tau, "history": result.history, "state": result.state,
                            "keypoints_source": source, "feedback_keypoints": fb,
                            "held_out_keypoints": held, "kernel": kern}
     if evaluate_model:
-      out.update(evaluate(kern, state, config))
+      out.update(evaluate(kern, result.state, cfg))
     outs.append(out)
   return outs

@@ -153,23 +153,18 @@ def _table(results: dict[str, dict]) -> str:
 
 
 def _plot(results: dict[str, dict], path) -> None:
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-
+  from jaxlib_papers.core import figures  # pylint: disable=g-import-not-at-top
   from jaxlib_papers.identifiability import plotting  # pylint: disable=g-import-not-at-top
   vmf = {k: v for k, v in results.items() if "summary" in v}
   panels = 3 if "sprites" in results else 2
-  fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.2))
+  fig, axes = figures.new_figure(1, panels, size=(4.2, 3.2))
   plotting.learning_curves(axes[0], vmf)
   bars = {f"{k} k={e['kappa']:g}" + (" oW" if e["normalize_head"] else ""): e
           for k, v in vmf.items() for e in v["summary"]}
   plotting.r2_bars(axes[1], bars)
   if "sprites" in results:
     plotting.sprites_bars(axes[2], results["sprites"]["r"], results["sprites"]["factors"])
-  fig.tight_layout()
-  fig.savefig(path, dpi=80)
-  plt.close(fig)
+  figures.save(fig, path, dpi=80)
 
 
 @register("identifiability")

@@ -17,7 +17,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from jaxlib_papers.core import train_loop, writers
+from jaxlib_papers.core import distributed, train_loop, writers
 from jaxlib_papers.identifiability import data as data_lib
 from jaxlib_papers.identifiability import kernel as kernel_lib
 from jaxlib_papers.identifiability import sprites as sprites_lib
@@ -95,7 +95,10 @@ def run_vmf(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | Non
   evaluate = jax.jit(kernel.evaluate, static_argnums=2)
   eval_key = jax.random.key(int(config.eval.seed))
   trained = jax.device_get(evaluate(state, eval_key, num_samples))
-  untrained_state = jax.jit(kernel.init)(jax.random.key(int(config.seed)))
+  # The loop's own init program (same function and output sharding: no second compile), so
+  # the untrained state also has the trained one's sharding and ``evaluate`` compiles once.
+  untrained_state = jax.jit(kernel.init, out_shardings=distributed.replicated(
+      distributed.make_mesh()))(jax.random.key(int(config.seed)))
   untrained = jax.device_get(evaluate(untrained_state, eval_key, num_samples))
   eval_seconds = time.perf_counter() - start
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -52,6 +53,7 @@ def ocm_target(backbone_fn: Callable[[Array], tuple[Array, Array]], x_t: Array,
   Returns:
     (target [B, ...] (not yet stop-gradient), eps_hat [B, ...], features).
   """
+  chex.assert_equal_shape([x_t, probes[0]])
   eps_hat, jvp_fn, features = jax.linearize(backbone_fn, x_t, has_aux=True)
   v_jv = jax.vmap(lambda v: v * jvp_fn(v))(probes)
   # H_theta v = J_s v = -(J_eps v) / sigma, so sigma^2 v * H v = -sigma v * J_eps v.

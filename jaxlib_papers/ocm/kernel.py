@@ -15,12 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxlib_papers.core import contract
 from jaxlib_papers.ocm import covariance, diffusion
 
 Array = jax.Array
@@ -44,18 +46,13 @@ class HeadState(NamedTuple):
   key: Array         # typed PRNG key
 
 
-class Kernel(NamedTuple):
-  init: Callable[[Array], Any]
-  loss_fn: Callable[..., Any]
-  train_step: Callable[[Any, Array], tuple[Any, dict[str, Array]]]
-
-
 def _check_batch(batch: Array, example_x: Array) -> None:
   item = example_x.shape[1:]
   if batch.shape[-len(item):] != item or batch.ndim not in (len(item) + 1, len(item) + 2):
     raise ValueError(
         f"batch must be [B, {', '.join(map(str, item))}] or [B, chunk, "
         f"{', '.join(map(str, item))}], got {batch.shape}")
+  chex.assert_type(batch, float)
 
 
 def _chunked(single_step, example_x: Array):
@@ -94,7 +91,7 @@ def _sample_t_noise(schedule: diffusion.Schedule, key: Array, x0: Array):
 
 def make_dsm_kernel(model: nn.Module, schedule: diffusion.Schedule,
                     optimizer: optax.GradientTransformation, example_x: Array, *,
-                    ema_decay: float = 0.999) -> Kernel:
+                    ema_decay: float = 0.999) -> contract.TrainKernel:
   """The eps-prediction (DSM) kernel: loss E_{t, x0, eps} ||eps_theta(x_t, t) - eps||^2.
 
   ``train_step(state, batch)`` takes x0 [B, ...] (one step) or [B, chunk, ...] (a scan of
@@ -124,19 +121,18 @@ def make_dsm_kernel(model: nn.Module, schedule: diffusion.Schedule,
     loss, grads = jax.value_and_grad(loss_fn)(state.params, batch, sub)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    ema = jax.tree.map(lambda e, p: ema_decay * e + (1.0 - ema_decay) * p,
-                       state.ema_params, params)
+    ema = optax.incremental_update(params, state.ema_params, 1.0 - ema_decay)
     return (DSMState(state.step + 1, params, opt_state, ema, key),
             {"loss": loss, "grad_norm": optax.tree.norm(grads)})
 
-  return Kernel(init, loss_fn, _chunked(train_step, example_x))
+  return contract.train_kernel(init, _chunked(train_step, example_x), loss_fn=loss_fn)
 
 
 def make_head_kernel(model: nn.Module, head_model: nn.Module, schedule: diffusion.Schedule,
                      optimizer: optax.GradientTransformation, example_x: Array,
                      backbone_params: PyTree, *, heads: Sequence[str] = covariance.HEADS,
                      num_probes: int = 1, ema_decay: float = 0.999, param: str = "linear",
-                     loss: str = "mse") -> Kernel:
+                     loss: str = "mse") -> contract.TrainKernel:
   """Trains the covariance heads on the frozen backbone.
 
   Each head estimates m = Var[eps | x_t] from the target y (see
@@ -206,12 +202,11 @@ def make_head_kernel(model: nn.Module, head_model: nn.Module, schedule: diffusio
         state.params, state.backbone, batch, sub)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    ema = jax.tree.map(lambda e, p: ema_decay * e + (1.0 - ema_decay) * p,
-                       state.ema_params, params)
+    ema = optax.incremental_update(params, state.ema_params, 1.0 - ema_decay)
     metrics = {"loss": loss, **{f"loss_{k}": v for k, v in losses.items()}}
     return HeadState(state.step + 1, state.backbone, params, opt_state, ema, key), metrics
 
-  return Kernel(init, loss_fn, _chunked(train_step, example_x))
+  return contract.train_kernel(init, _chunked(train_step, example_x), loss_fn=loss_fn)
 
 
 # ----------------------------------------------------------------------------- predictors

@@ -18,6 +18,7 @@ import ml_collections
 import numpy as np
 import optax
 
+from jaxlib_papers.core import config as config_lib
 from jaxlib_papers.core import train_loop, writers
 from jaxlib_papers.ocm import data as data_lib
 from jaxlib_papers.ocm import diffusion, evaluate, gmm, kernel, models
@@ -28,17 +29,6 @@ def _optimizer(lr: float, warmup: int, total: int, grad_clip: float):
   schedule = optax.warmup_cosine_decay_schedule(0.0, lr, warmup, max(total, warmup + 1),
                                                 end_value=0.1 * lr)
   return optax.chain(optax.clip_by_global_norm(grad_clip), optax.adam(schedule))
-
-
-def _stage_config(config: ml_collections.ConfigDict, loop_name: str, groups: tuple[str, ...],
-                  extra: dict[str, Any] | None = None) -> ml_collections.ConfigDict:
-  """The sub-config one train_loop stage fingerprints (only what that stage depends on)."""
-  tree = {name: config[name].to_dict() if isinstance(config[name], ml_collections.ConfigDict)
-          else config[name] for name in groups}
-  tree["seed"] = config.seed
-  tree["loop"] = config[loop_name].to_dict()
-  tree.update(extra or {})
-  return ml_collections.ConfigDict(tree)
 
 
 def _chunk(source: Callable[[int], np.ndarray], steps_per_call: int, batch_size: int):
@@ -134,7 +124,8 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
       ema_decay=d.ema_decay)
   dsm_data = _chunk(parts["make_source"](d.batch_size, config.seed), d.steps_per_call,
                     d.batch_size)
-  dsm_config = _stage_config(config, "loop", ("data", "schedule", "model", "dsm"))
+  dsm_config = config_lib.stage_config(config, "dsm", groups=("data", "schedule", "model", "dsm"),
+                                       loop=config.loop.to_dict())
   if backbone is None:
     dsm = train_loop.run(dsm_kernel, dsm_data, dsm_config,
                          None if workdir is None else workdir / "dsm", mesh=mesh,
@@ -152,9 +143,9 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
       ema_decay=h.ema_decay, param=h.param, loss=h.loss)
   head_data = _chunk(parts["make_source"](h.batch_size, config.seed + 1), h.steps_per_call,
                      h.batch_size)
-  head_config = _stage_config(config, "head_loop",
-                              ("data", "schedule", "model", "dsm", "heads"),
-                              {"dsm_calls": config.loop.num_steps})
+  head_config = config_lib.stage_config(
+      config, "heads", groups=("data", "schedule", "model", "dsm", "heads"),
+      loop=config.head_loop.to_dict(), dsm_calls=config.loop.num_steps)
   heads = train_loop.run(head_kernel, head_data, head_config,
                          None if workdir is None else workdir / "heads", mesh=mesh,
                          name="ocm/heads")

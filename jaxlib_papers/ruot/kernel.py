@@ -11,24 +11,25 @@ The density is carried by weighted particles: ``dx/dt = v(t, x)``, ``d ln w/dt =
 ``w(0) = 1/N0``, so ``sum_i w_i(t)`` is the mass relative to the first snapshot.
 
 Everything here is a pure function. ``make_flow_stage`` and ``make_score_stage`` return
-:class:`Kernel` objects (``init``, ``train_step``) for ``core.train_loop``; a ``train_step``
-is a ``lax.scan`` over several passes, and every state leaf carries a leading seed axis so
-N seeds train in one compiled program (``jax.vmap``).
+``core.contract.TrainKernel`` objects (``init``, ``train_step``) for ``core.train_loop``; a
+``train_step`` is a ``lax.scan`` over several passes, and every state leaf carries a leading
+seed axis so N seeds train in one compiled program (``jax.vmap``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from jax.typing import ArrayLike
 
+from jaxlib_papers.core import contract, sde
 from jaxlib_papers.core import ot as core_ot
-from jaxlib_papers.core import sde
 from jaxlib_papers.ruot.models import Networks, Params
 
 PointField = Callable[[jax.Array, jax.Array], jax.Array]  # (t, x: [n, d]) -> [n, ...]
@@ -140,6 +141,8 @@ def inference_sde(
   Returns:
     ``(x [S, n, d], log_w [S, n])`` along the grid ``ts``.
   """
+  chex.assert_rank([x0, log_w0], [2, 1])
+  chex.assert_equal_shape_prefix([x0, log_w0], 1)
   dim = x0.shape[1]
 
   def drift(t, state, _):
@@ -210,6 +213,8 @@ def ot_loss(x: jax.Array, log_w: jax.Array, y: jax.Array, *,
   Returns:
     Scalar loss; its gradient reaches ``x`` only (the plan is a constant, as in the paper).
   """
+  chex.assert_rank([x, log_w, y], [2, 1, 2])
+  chex.assert_equal_shape_prefix([x, log_w], 1)
   a = jax.nn.softmax(jax.lax.stop_gradient(log_w))
   plan = jax.lax.stop_gradient(
       ot_plan(jax.lax.stop_gradient(x), a, y, target_weights, **plan_kwargs))
@@ -338,11 +343,6 @@ def score_matching_loss(potential: PointField, x0, x1, t0, t1, tau, eps, *, sigm
 # Training stages.
 
 
-class Kernel(NamedTuple):
-  init: Callable[[jax.Array], Any]
-  train_step: Callable[[Any, Any], tuple[Any, dict[str, jax.Array]]]
-
-
 class FlowState(NamedTuple):
   """Stages 1, 2 and 4 (every leaf has a leading seed axis [S])."""
   step: jax.Array         # [S] int32, passes done
@@ -426,63 +426,77 @@ def padded_intervals(times: Sequence[float], xs: Sequence[ArrayLike], dt: float,
           jnp.asarray(np.asarray(times[1:], np.float32)))
 
 
+class FlowStageSettings(NamedTuple):
+  """Static settings of a particle-flow stage (stage 1: v, g; 2: v; 4: all, + energy/PINN).
+
+  Attributes:
+    trainable: names among "v", "g", "s" that the stage updates (the others are frozen).
+    weights: loss weights.
+    optimizer, lr: "adam" | "sgd" and its step size.
+    total_passes: passes in the stage; passes_per_step: passes per ``train_step`` call.
+    dt: Euler step of the particle ODE.
+    sigma, alpha: diffusion and growth penalty of the action (paper: sigma, alpha).
+    ot_kwargs: passed to :func:`ot_plan` (method, epsilon, ...).
+    pinn_relative: use the PINN residual divided by rho (finite whatever the level of s;
+      the absolute residual carries the factor ``rho = exp(2 s / sigma^2)``).
+    initial_form: "log" (stable, default) | "paper"; see :func:`initial_density_loss`.
+    sequential_updates: one optimizer step per interval (paper) or per pass.
+    track_best: keep the params with the lowest last-interval OT loss (paper's selection).
+    method: ODE scheme.
+    equal_steps: same step count in every interval (see :func:`padded_intervals`).
+  """
+
+  trainable: tuple[str, ...]
+  weights: FlowLossWeights
+  optimizer: str = "adam"
+  lr: float = 1e-3
+  total_passes: int = 1
+  passes_per_step: int = 1
+  dt: float = 0.01
+  sigma: float = 0.25
+  alpha: float = 1.0
+  ot_kwargs: Mapping[str, Any] | None = None
+  pinn_relative: bool = False
+  initial_form: str = "log"
+  sequential_updates: bool = True
+  track_best: bool = True
+  method: str = "euler"
+  equal_steps: bool = False
+
+
 def make_flow_stage(
     nets: Networks,
     times: Sequence[float],
     xs: Sequence[jax.Array],
     initial_params: Params,
+    settings: FlowStageSettings,
     *,
-    trainable: Sequence[str],
-    weights: FlowLossWeights,
-    optimizer: str,
-    lr: float,
-    total_passes: int,
-    passes_per_step: int,
-    dt: float,
-    sigma: float = 0.25,
-    alpha: float = 1.0,
-    ot_kwargs: dict[str, Any] | None = None,
     initial_target: jax.Array | None = None,
-    pinn_relative: bool = False,
-    initial_form: str = "log",
-    sequential_updates: bool = True,
-    track_best: bool = True,
-    method: str = "euler",
-    equal_steps: bool = False,
-) -> Kernel:
+) -> contract.TrainKernel:
   """Kernel of a particle-flow stage (stage 1: v, g; stage 2: v; stage 4: all, + energy/PINN).
 
   One *pass* starts the particles at the first snapshot (``w = 1/N0``) and walks the
   intervals in order (a ``lax.scan`` over the padded intervals); each interval integrates
   from the (stop-gradient) end of the previous one and scores
   ``weights.ot * L_OT + weights.mass * L_mass`` (+ energy, PINN, initial density when their
-  weights are non-zero) against the next snapshot. With ``sequential_updates`` each
-  interval takes its own optimizer step, as the paper does; otherwise the interval
+  weights are non-zero) against the next snapshot. With ``settings.sequential_updates``
+  each interval takes its own optimizer step, as the paper does; otherwise the interval
   gradients are summed into one step per pass.
 
   Args:
     nets: the networks.
     times: [K] training times; xs: K arrays [n_k, d] of training data.
     initial_params: params with a leading seed axis [S] (the previous stage's result).
-    trainable: names among "v", "g", "s" that this stage updates.
-    weights: loss weights.
-    optimizer, lr: "adam" | "sgd" and its step size.
-    total_passes: passes in the stage; passes_per_step: passes per ``train_step`` call.
-    dt: Euler step of the particle ODE.
-    sigma, alpha: diffusion and growth penalty of the action.
-    ot_kwargs: passed to :func:`ot_plan` (method, epsilon, ...).
+    settings: a :class:`FlowStageSettings`.
     initial_target: [n_0] density target at the first snapshot for the initial term.
-    pinn_relative: use the residual divided by rho (finite whatever the level of s; the
-      absolute residual carries the factor ``rho = exp(2 s / sigma^2)``).
-    initial_form: "log" (stable, default) | "paper"; see :func:`initial_density_loss`.
-    sequential_updates: one optimizer step per interval (paper) or per pass.
-    track_best: keep the params with the lowest last-interval OT loss (paper's selection).
-    method: ODE scheme.
-    equal_steps: same step count in every interval (see :func:`padded_intervals`).
 
   Returns:
-    A :class:`Kernel`.
+    A :class:`~jaxlib_papers.core.contract.TrainKernel` over :class:`FlowState`
+    (``train_step(state, None)``: ``passes_per_step`` passes of every seed).
   """
+  (trainable, weights, optimizer, lr, total_passes, passes_per_step, dt, sigma, alpha,
+   ot_kwargs, pinn_relative, initial_form, sequential_updates, track_best, method,
+   equal_steps) = settings
   if len(times) != len(xs) or len(times) < 2:
     raise ValueError(f"need >= 2 training times with one array each; got {len(times)} "
                      f"times and {len(xs)} arrays")
@@ -618,7 +632,7 @@ def make_flow_stage(
     out["loss_max_seed"] = jnp.max(metrics["loss"])
     return state, out
 
-  return Kernel(init, train_step)
+  return contract.train_kernel(init, train_step)
 
 
 def make_score_stage(
@@ -631,7 +645,7 @@ def make_score_stage(
     total_steps: int,
     steps_per_call: int,
     sigma: float,
-) -> Kernel:
+) -> contract.TrainKernel:
   """Kernel of stage 3: SF2M score matching of ``s`` on OT-paired ODE trajectories.
 
   Args:
@@ -686,4 +700,4 @@ def make_score_stage(
     state, losses = jax.vmap(step_one_seed)(state, (x_start, x_end))
     return state, {"loss": jnp.mean(losses), "loss_max_seed": jnp.max(losses)}
 
-  return Kernel(init, train_step)
+  return contract.train_kernel(init, train_step)

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from jaxlib_papers.core import config as config_lib
 from jaxlib_papers.core import metrics as core_metrics
 from jaxlib_papers.core import ot as core_ot
 from jaxlib_papers.core import train_loop, writers
@@ -41,16 +42,47 @@ def load_snapshots(config: ml_collections.ConfigDict) -> tuple[data_lib.Snapshot
 
 
 def _stage_config(config, name: str, num_steps: int):
-  cfg = ml_collections.ConfigDict(config.to_dict())
-  cfg.loop.num_steps = int(num_steps)
-  cfg.stage = name
-  return cfg
+  """The whole config with this stage's name and step count (what its checkpoints key)."""
+  return config_lib.stage_config(config, name,
+                                 loop={**config.loop.to_dict(), "num_steps": int(num_steps)})
 
 
 def _ot_kwargs(config) -> dict[str, Any]:
   return dict(method=str(config.ot.method), epsilon=float(config.ot.epsilon),
               threshold=float(config.ot.threshold),
               max_iterations=int(config.ot.max_iterations))
+
+
+# The flow stages' networks, loss terms and optimizers (paper, Alg. 1): stage 1 fits v and
+# g on 0.1 L_OT + L_mass; stage 2 freezes g and fits v on 0.1 L_OT; stage 4 fits all three
+# with the energy, PINN and initial-density terms by SGD.
+FLOW_STAGES = ("stage1", "stage2", "stage4")
+
+
+def flow_stage_settings(config: ml_collections.ConfigDict, name: str
+                        ) -> K.FlowStageSettings:
+  """The :class:`~jaxlib_papers.ruot.kernel.FlowStageSettings` of flow stage ``name``."""
+  if name not in FLOW_STAGES:
+    raise ValueError(f"flow stage must be one of {FLOW_STAGES}; got {name!r}")
+  c = config[name]
+  if name == "stage1":
+    trainable, weights = ("v", "g"), K.FlowLossWeights(ot=c.lambda_ot, mass=c.lambda_mass)
+  elif name == "stage2":
+    trainable, weights = ("v",), K.FlowLossWeights(ot=c.lambda_ot, mass=0.0)
+  else:
+    trainable = ("v", "g", "s")
+    weights = K.FlowLossWeights(ot=c.lambda_ot, mass=c.lambda_mass, energy=c.lambda_energy,
+                                pinn=c.lambda_pinn, initial=c.lambda_initial)
+  stage4 = name == "stage4"
+  return K.FlowStageSettings(
+      trainable=trainable, weights=weights, optimizer="sgd" if stage4 else "adam",
+      lr=float(c.lr), total_passes=int(c.passes), passes_per_step=int(c.passes_per_step),
+      dt=float(c.dt) if stage4 else float(config.ode.dt), sigma=float(config.sigma),
+      alpha=float(config.alpha), ot_kwargs=_ot_kwargs(config),
+      pinn_relative=bool(c.pinn_relative) if stage4 else False,
+      initial_form=str(c.initial_form) if stage4 else "log",
+      sequential_updates=bool(config.sequential_updates), track_best=not stage4,
+      method=str(config.ode.method), equal_steps=bool(config.ode.equal_steps))
 
 
 def _interval_grids(times, dt: float) -> jax.Array:
@@ -247,32 +279,26 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
   dt, method = float(config.ode.dt), str(config.ode.method)
   timings, histories = {}, {}
 
-  def flow_stage(name, stage_cfg, trainable, weights, optimizer, stage_dt, **extra):
-    nonlocal params
-    passes = int(stage_cfg.passes)
-    if passes == 0:
-      return
-    per = int(stage_cfg.passes_per_step)
-    kern = K.make_flow_stage(
-        nets, times, xs, params, trainable=trainable, weights=weights, optimizer=optimizer,
-        lr=float(stage_cfg.lr), total_passes=passes, passes_per_step=per, dt=stage_dt,
-        sigma=sigma, alpha=alpha, ot_kwargs=_ot_kwargs(config),
-        sequential_updates=bool(config.sequential_updates), method=method,
-        equal_steps=bool(config.ode.equal_steps), **extra)
+  def flow_stage(name, params, initial_target=None):
+    """Trains flow stage ``name`` from ``params``; returns its params (best or last)."""
+    settings = flow_stage_settings(config, name)
+    if settings.total_passes == 0:
+      return params
+    kern = K.make_flow_stage(nets, times, xs, params, settings,
+                             initial_target=initial_target)
     start = time.perf_counter()
-    result = train_loop.run(kern, None, _stage_config(config, name, math.ceil(passes / per)),
-                            stage_dir(name), name=f"ruot/{name}")
+    result = train_loop.run(
+        kern, None,
+        _stage_config(config, name, math.ceil(settings.total_passes / settings.passes_per_step)),
+        stage_dir(name), name=f"ruot/{name}")
     state = jax.block_until_ready(result.state)
     timings[name] = time.perf_counter() - start
     histories[name] = result.history
-    params = state.best_params if extra.get("track_best", True) else state.params
+    return state.best_params if settings.track_best else state.params
 
   # Stage 1: v and g on 0.1 L_OT + L_mass.  Stage 2: g frozen, v on 0.1 L_OT.
-  flow_stage("stage1", config.stage1, ("v", "g"),
-             K.FlowLossWeights(ot=config.stage1.lambda_ot, mass=config.stage1.lambda_mass),
-             "adam", dt)
-  flow_stage("stage2", config.stage2, ("v",),
-             K.FlowLossWeights(ot=config.stage2.lambda_ot, mass=0.0), "adam", dt)
+  params = flow_stage("stage1", params)
+  params = flow_stage("stage2", params)
 
   # The ODE fit after stages 1-2 (v, g only), before the score and the joint fine-tune.
   all_times = [float(t) for t in snapshots.times]
@@ -307,13 +333,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
   params_before_stage4 = params
   stage4_error = None
   try:
-    flow_stage("stage4", s4, ("v", "g", "s"),
-               K.FlowLossWeights(ot=s4.lambda_ot, mass=s4.lambda_mass,
-                                 energy=s4.lambda_energy, pinn=s4.lambda_pinn,
-                                 initial=s4.lambda_initial),
-               "sgd", float(s4.dt), initial_target=initial_target,
-               pinn_relative=bool(s4.pinn_relative), initial_form=str(s4.initial_form),
-               track_best=False)
+    params = flow_stage("stage4", params, initial_target=initial_target)
   except FloatingPointError as error:
     if not bool(s4.keep_previous_on_nan):
       raise

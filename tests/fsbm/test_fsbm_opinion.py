@@ -82,7 +82,7 @@ def test_population_field_matches_direct_loop_and_is_sharding_invariant():
 
 def test_reference_dynamics_polarise_and_keypoints_do_not():
   cfg = default.task_config("opinion", "smoke")
-  drift = tasks.reference_drift(cfg)
+  drift = train.reference_drift(cfg)
   p0, _ = tasks.marginals("opinion", 100)
   x0 = jnp.asarray(p0.sample(np.random.default_rng(1), 400))
   path = jax.jit(lambda x: opinion.simulate_reference(drift, x, jax.random.key(0),

@@ -35,7 +35,7 @@ def test_generated_keypoints_avoid_obstacles():
 
 def test_smoke_feedback_lowers_collision_rate():
   config = default.task_config("stunnel", "smoke")
-  fsbm, base = train.run_in_memory(config, (config.tau, 0.0), verbose=False)
+  fsbm, base = train.run(config, taus=(config.tau, 0.0), verbose=False)
   for res in (fsbm, base):
     assert np.isfinite(res["w2"]) and len(res["history"]) == config.loop.num_steps
   assert fsbm["collision_rate"] < base["collision_rate"] - 0.2, (

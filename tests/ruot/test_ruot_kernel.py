@@ -170,10 +170,10 @@ def tiny_stage():
         (rng.normal(size=(15, 2)) + 0.3).astype(np.float32),
         (rng.normal(size=(11, 2)) + 0.6).astype(np.float32)]
   kern = K.make_flow_stage(
-      nets, [0.0, 1.0, 3.0], xs, params, trainable=("v", "g"),
-      weights=K.FlowLossWeights(ot=0.1, mass=1.0), optimizer="adam", lr=1e-2,
-      total_passes=1, passes_per_step=2, dt=0.25,
-      ot_kwargs=dict(method="exact"))  # host plan: keeps this test's compile small
+      nets, [0.0, 1.0, 3.0], xs, params, K.FlowStageSettings(
+          trainable=("v", "g"), weights=K.FlowLossWeights(ot=0.1, mass=1.0),
+          optimizer="adam", lr=1e-2, total_passes=1, passes_per_step=2, dt=0.25,
+          ot_kwargs=dict(method="exact")))  # host plan: keeps this test's compile small
   return kern
 
 

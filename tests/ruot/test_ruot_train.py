@@ -83,11 +83,12 @@ def test_stage4_pass_runs_and_is_finite():
         rng.uniform(0, 1, size=(12, 2)).astype(np.float32)]
   target = K.kde_density(jnp.asarray(xs[0]), jnp.asarray(xs[0]), 0.4, 2.0)
   kern = K.make_flow_stage(
-      nets, [0.0, 1.0], xs, params, trainable=("v", "g", "s"),
-      weights=K.FlowLossWeights(ot=1.0, mass=1000.0, energy=1.0, pinn=1.0, initial=0.1),
-      optimizer="sgd", lr=1e-5, total_passes=1, passes_per_step=1, dt=0.25, sigma=0.25,
-      ot_kwargs=dict(method="exact"), initial_target=target, pinn_relative=True,
-      track_best=False)
+      nets, [0.0, 1.0], xs, params, K.FlowStageSettings(
+          trainable=("v", "g", "s"),
+          weights=K.FlowLossWeights(ot=1.0, mass=1000.0, energy=1.0, pinn=1.0, initial=0.1),
+          optimizer="sgd", lr=1e-5, total_passes=1, passes_per_step=1, dt=0.25, sigma=0.25,
+          ot_kwargs=dict(method="exact"), pinn_relative=True, track_best=False),
+      initial_target=target)
   state, metrics = jax.jit(kern.train_step)(kern.init(jax.random.key(0)), None)
   for name in ("loss", "energy", "pinn", "initial"):
     assert np.isfinite(float(metrics[name])), name
