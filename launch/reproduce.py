@@ -59,6 +59,13 @@ def _cell(text: str) -> str:
   return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def launch_order(names: list[str]) -> list[str]:
+  """Longest check first (each check's measured ``cpu_seconds``; checks without one last,
+  in the given order), so that the parallel processes stay busy to the end."""
+  from jaxlib_papers.core import reproduce  # pylint: disable=g-import-not-at-top
+  return sorted(names, key=lambda n: -reproduce.CPU_SECONDS.get(n, -1.0))
+
+
 def _run_in_subprocesses(names: list[str], jobs: int, preset: str, data_dir, report_dir,
                          seed: int) -> tuple[list[dict], list[str]]:
   """Each check in its own ``launch.reproduce --only=<check> --jobs=1`` process, ``jobs``
@@ -85,8 +92,10 @@ def _run_in_subprocesses(names: list[str], jobs: int, preset: str, data_dir, rep
              "paper": "-", "ours": "-", "holds": False, "data": "-",
              "seconds": time.perf_counter() - start}], True
 
+  order = launch_order(names)  # the report keeps the given order
   with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-    results = list(pool.map(one, names))
+    done = dict(zip(order, pool.map(one, order)))
+  results = [done[name] for name in names]
   rows = [row for check_rows, _ in results for row in check_rows]
   return rows, [name for name, (_, crashed) in zip(names, results) if crashed]
 

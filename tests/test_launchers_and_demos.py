@@ -109,6 +109,18 @@ def test_launcher_rejects_unknown_preset(tmp_path):
   assert "unknown preset 'huge'" in out.stderr
 
 
+def test_parallel_checks_start_longest_first():
+  from jaxlib_papers.core import reproduce  # pylint: disable=g-import-not-at-top
+  from launch import reproduce as launcher  # pylint: disable=g-import-not-at-top
+  registry = reproduce.load_all()
+  order = launcher.launch_order(list(registry))
+  assert sorted(order) == sorted(registry)
+  known = [n for n in order if n in reproduce.CPU_SECONDS]
+  assert [reproduce.CPU_SECONDS[n] for n in known] == sorted(
+      (reproduce.CPU_SECONDS[n] for n in known), reverse=True)
+  assert order[:len(known)] == known  # checks without a measured time come last
+
+
 def test_every_check_is_registered():
   from jaxlib_papers.core import reproduce  # pylint: disable=g-import-not-at-top
   papers = {p.parent.name for p in (REPO / "jaxlib_papers").glob("*/reproduce.py")}

@@ -80,12 +80,23 @@ class Context:
 
 Check = Callable[[Context], list[Claim]]
 REGISTRY: dict[str, Check] = {}
+# Measured seconds of each check at the ``cpu`` preset (2 CPU cores, two checks at once):
+# ``launch.reproduce --jobs=N`` starts the longest first so the last one does not run alone.
+CPU_SECONDS: dict[str, float] = {}
 
 
-def register(name: str) -> Callable[[Check], Check]:
-  """Decorator: ``@register("fsbm") def check(ctx): ...``."""
+def register(name: str, *, cpu_seconds: float | None = None) -> Callable[[Check], Check]:
+  """Decorator: ``@register("fsbm", cpu_seconds=300) def check(ctx): ...``.
+
+  Args:
+    name: the check's name (``--only=<name>``).
+    cpu_seconds: how long the check took at the ``cpu`` preset when last measured (a
+      scheduling hint only; checks without one are started after those with one).
+  """
   def wrap(fn: Check) -> Check:
     REGISTRY[name] = fn
+    if cpu_seconds is not None:
+      CPU_SECONDS[name] = float(cpu_seconds)
     return fn
   return wrap
 

@@ -73,7 +73,7 @@ def plot(ctx, task, fsbm, base):
   figures.save(fig, ctx.report_dir / f"fsbm_{task}.png", dpi=100)
 
 
-@reproduce.register("fsbm")
+@reproduce.register("fsbm", cpu_seconds=2000)
 def check(ctx) -> list[reproduce.Claim]:
   claims = []
   for task, tau in TASKS:
