@@ -33,7 +33,10 @@ def enable_compilation_cache(path: str | None = None) -> str | None:
   On GPU/TPU it is on by default. On CPU it is opt-in: while chasing an XLA:CPU hang
   (cache-loaded executables stuck in ``block_until_ready`` with several processes sharing
   the cache; traced to the scheduler disabled in ``jaxlib_papers/__init__.py``) we could
-  not rule the cache out, and small CPU programs compile in seconds anyway.
+  not rule the cache out, and small CPU programs compile in seconds anyway. (The test
+  suite does share one CPU cache per session between its processes, through jax's
+  ``JAX_COMPILATION_CACHE_DIR``, which this function leaves alone on CPU: see
+  ``tests/conftest.py``; two full suite runs with it passed, 2026-12-01.)
   """
   import jax  # pylint: disable=g-import-not-at-top
   path = path or os.environ.get("JAXLIB_PAPERS_CACHE")

@@ -4,7 +4,10 @@ One persistent XLA compilation cache per test session, shared by the xdist worke
 every subprocess a test starts (demos, launchers, the main job): a program compiled by one
 of them (the same smoke-size training in a demo, a launcher and a reproduction check) is
 loaded, not recompiled, by the others. It changes no result (the same HLO gives the same
-executable), only the suite's time; the folder is removed when the session ends.
+executable), only the suite's time; the folder is removed when the session ends. It is
+jax's own variable (``JAX_COMPILATION_CACHE_DIR``), not ``launch.common``'s opt-in
+``--compilation_cache_dir``, because in-process tests and demos never call
+``launch.common.setup``; on CPU the launchers leave jax's setting as they find it.
 """
 
 import os
