@@ -18,8 +18,13 @@ _OWN_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
 if _OWN_CACHE:  # set by the xdist controller before it starts the workers, who inherit it
   os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="jaxlib_papers_jit_")
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+# LLVM at -O1 instead of XLA's default -O2 (tests and every subprocess they start): the
+# suite is mostly compile time, -O1 compiles 1.6x faster and the smoke-size runs are no
+# slower (the identifiability and fsbm demos: 75 -> 46 s and 45 -> 42 s cold; the demo's
+# printed results are identical). XLA's own HLO passes are unchanged.
 os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+    os.environ.get("XLA_FLAGS", "")
+    + " --xla_force_host_platform_device_count=8 --xla_backend_optimization_level=1").strip()
 import jaxlib_papers  # noqa: E402,F401  (sets the XLA:CPU scheduler work-around first)
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

@@ -40,18 +40,6 @@ def _checks_to_run_offline() -> list[str]:
   return names
 
 
-def test_reproduce_core_check_writes_report(tmp_path):
-  out = subprocess.run(
-      [sys.executable, "-m", "launch.reproduce", "--only=core", "--preset=smoke",
-       f"--report_dir={tmp_path}"],
-      cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
-  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-  rows = json.loads((tmp_path / "report.json").read_text())
-  assert [r["check"] for r in rows] == ["core"] * 3
-  assert all(r["holds"] for r in rows), rows
-  assert "| core |" in (tmp_path / "report.md").read_text()
-
-
 def test_reproduce_rejects_unknown_check(tmp_path):
   out = subprocess.run(
       [sys.executable, "-m", "launch.reproduce", "--only=nosuchpaper", "--preset=smoke",
@@ -143,4 +131,8 @@ def test_every_check_runs_on_generated_data_without_a_data_folder(tmp_path):
   rows = json.loads((tmp_path / "report" / "report.json").read_text())
   assert {r["check"] for r in rows} == set(names)
   assert all(r["data"].startswith("generated") for r in rows), [r["data"] for r in rows]
+  # The report itself: core's three closed-form claims hold at any size.
+  core_rows = [r for r in rows if r["check"] == "core"]
+  assert len(core_rows) == 3 and all(r["holds"] for r in core_rows), core_rows
+  assert "| core |" in (tmp_path / "report" / "report.md").read_text()
   assert "fetched" not in out.stdout and "not available, using generated data" in out.stdout

@@ -25,6 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlib_papers.core import prng
+
 DATASETS = ("linear", "nonlinear", "lorenz96", "lotka_volterra")
 
 
@@ -45,7 +47,7 @@ class Dataset(NamedTuple):
 def _draw(key: jax.Array, **shapes) -> dict[str, jax.Array]:
   """Independent U(0, 1) arrays of the given shapes, from one threefry call."""
   sizes = {name: int(np.prod(shape)) for name, shape in shapes.items()}
-  flat = jax.random.uniform(key, (sum(sizes.values()),), minval=1e-7, maxval=1.0)
+  flat = prng.uniform(key, (sum(sizes.values()),), minval=1e-7, maxval=1.0)
   out, offset = {}, 0
   for name, shape in shapes.items():
     out[name] = flat[offset:offset + sizes[name]].reshape(shape)

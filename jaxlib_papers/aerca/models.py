@@ -20,13 +20,15 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxlib_papers.core import prng
+
 
 def torch_linear_init(fan_in: int):
   """U(-1/sqrt(fan_in), 1/sqrt(fan_in)): PyTorch's nn.Linear default for W and b."""
   bound = 1.0 / math.sqrt(fan_in)
 
   def init(key, shape, dtype=jnp.float32):
-    return jax.random.uniform(key, shape, dtype, -bound, bound)
+    return prng.uniform(key, shape, dtype, -bound, bound)
   return init
 
 
@@ -91,7 +93,7 @@ class Networks:
     names = sorted(shapes)
     sizes = [math.prod(shapes[n].shape) for n in names]
     total = sum(sizes)
-    u = jax.random.uniform(key, (len(self.BLOCKS), total), minval=-1.0, maxval=1.0)
+    u = prng.uniform(key, (len(self.BLOCKS), total), minval=-1.0, maxval=1.0)
     out = {}
     for b, block in enumerate(self.BLOCKS):
       params, offset = {}, 0

@@ -32,7 +32,7 @@ import numpy as np
 import optax
 
 from jaxlib_papers.cca import models
-from jaxlib_papers.core import contract
+from jaxlib_papers.core import contract, prng
 
 Array = jax.Array
 PyTree = Any
@@ -80,7 +80,7 @@ def pretrain_loss(logprob: LogProbFn, params: PyTree, tokens: Array, labels: Arr
   Args:
     tokens: [B, L] int; labels: [B] int in [0, K).
   """
-  drop = jax.random.bernoulli(key, label_dropout, labels.shape)
+  drop = prng.bernoulli(key, label_dropout, labels.shape)
   labels = jnp.where(drop, null_label, labels)
   return -jnp.mean(logprob(params, labels, tokens)) / tokens.shape[-1]
 
@@ -167,7 +167,7 @@ def negative_labels(labels: Array, key: Array, settings: AlignSettings
   else:
     negatives = labels[jax.random.permutation(k_perm, labels.shape[0])]
     collide = jnp.zeros(labels.shape, bool)
-  uncond = jax.random.bernoulli(k_uncond, settings.uncond_ratio, labels.shape)
+  uncond = prng.bernoulli(k_uncond, settings.uncond_ratio, labels.shape)
   labels = jnp.where(uncond, settings.null_label, labels)
   negatives = jnp.where(uncond, settings.null_label, negatives)
   return labels, negatives, uncond, uncond | collide
@@ -313,7 +313,7 @@ def make_sampler(model: models.ARTransformer, *, guided: bool, use_cache: bool =
         position, k = inputs
         logits, cache = model.apply(params, run_labels, previous, position, cache,
                                     method=models.ARTransformer.decode)
-        token = jax.random.categorical(k, mix(logits, scale, batch) / temperature)
+        token = prng.categorical(k, mix(logits, scale, batch) / temperature)
         both = jnp.concatenate([token, token]) if guided else token
         return (cache, both), token
 
@@ -327,7 +327,7 @@ def make_sampler(model: models.ARTransformer, *, guided: bool, use_cache: bool =
       both = jnp.concatenate([tokens, tokens]) if guided else tokens
       logits = jax.lax.dynamic_index_in_dim(model.apply(params, run_labels, both), position,
                                             axis=1, keepdims=False)
-      token = jax.random.categorical(k, mix(logits, scale, batch) / temperature)
+      token = prng.categorical(k, mix(logits, scale, batch) / temperature)
       return jax.lax.dynamic_update_index_in_dim(tokens, token, position, axis=1), None
 
     tokens, _ = jax.lax.scan(body_full, jnp.zeros((batch, length), jnp.int32),

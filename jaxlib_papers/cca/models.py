@@ -14,6 +14,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxlib_papers.core import nn as core_nn
+
 Array = jax.Array
 
 
@@ -30,11 +32,11 @@ class Block(nn.Module):
 
   def setup(self):
     self.norm1 = nn.LayerNorm()
-    self.qkv = nn.DenseGeneral((3, self.heads, self.width // self.heads))
-    self.out = nn.DenseGeneral(self.width, axis=(-2, -1))
+    self.qkv = core_nn.DenseGeneral((3, self.heads, self.width // self.heads))
+    self.out = core_nn.DenseGeneral(self.width, axis=(-2, -1))
     self.norm2 = nn.LayerNorm()
-    self.fc1 = nn.Dense(self.mlp)
-    self.fc2 = nn.Dense(self.width)
+    self.fc1 = core_nn.Dense(self.mlp)
+    self.fc2 = core_nn.Dense(self.width)
 
   def _mlp(self, x):
     return x + self.fc2(nn.gelu(self.fc1(self.norm2(x))))
@@ -88,7 +90,7 @@ class ARTransformer(nn.Module):
     self.position = self.param("position", init, (self.length, self.width))
     self.blocks = [Block(self.width, self.heads, self.mlp) for _ in range(self.depth)]
     self.norm = nn.LayerNorm()
-    self.head = nn.Dense(self.vocab_size)
+    self.head = core_nn.Dense(self.vocab_size)
 
   def __call__(self, labels: Array, tokens: Array) -> Array:
     """labels: [B] in [0, K]; tokens: [B, L] -> next-token logits [B, L, V]."""

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from jaxlib_papers.core import contract
+from jaxlib_papers.core import contract, prng
 
 Array = jax.Array
 
@@ -180,6 +180,6 @@ def sample_pairs(key: Array, batch: int, conditionals: np.ndarray = TOY_CONDITIO
                  prior: np.ndarray = TOY_PRIOR) -> tuple[Array, Array]:
   """A minibatch from p(x, c): (tokens [B, 2], labels [B])."""
   k_c, k_x = jax.random.split(key)
-  labels = jax.random.categorical(k_c, jnp.log(jnp.asarray(prior)), shape=(batch,))
-  outcome = jax.random.categorical(k_x, jnp.log(jnp.asarray(conditionals))[labels])
+  labels = prng.categorical(k_c, jnp.log(jnp.asarray(prior)), shape=(batch,))
+  outcome = prng.categorical(k_x, jnp.log(jnp.asarray(conditionals))[labels])
   return jnp.asarray(OUTCOMES)[outcome], labels.astype(jnp.int32)

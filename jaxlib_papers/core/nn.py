@@ -1,11 +1,14 @@
 """Shared flax (linen) modules: the sinusoidal time embedding, MLPs, a time-conditioned MLP.
 
 The suite uses flax.linen throughout: parameters are plain pytrees, which is what the
-pure-function kernels take and return (``model.apply(params, ...)``).
+pure-function kernels take and return (``model.apply(params, ...)``). ``Dense``,
+``DenseGeneral`` and ``Conv`` are flax's layers with their default kernel init drawn
+through :mod:`jaxlib_papers.core.prng`: the same parameters, a faster-compiling init.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -13,6 +16,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxlib_papers.core import prng
+
+Dense = functools.partial(nn.Dense, kernel_init=prng.lecun_normal())
+DenseGeneral = functools.partial(nn.DenseGeneral, kernel_init=prng.lecun_normal())
+Conv = functools.partial(nn.Conv, kernel_init=prng.lecun_normal())
 
 def timestep_embedding(t: jax.Array, dim: int, max_period: float = 10_000.0, *,
                        cos_first: bool = False) -> jax.Array:

@@ -18,6 +18,8 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from jaxlib_papers.core import prng
+
 PyTree = Any
 VectorField = Callable[[jax.Array, PyTree, Any], PyTree]
 
@@ -119,7 +121,7 @@ def euler_maruyama(
   def step(x, inputs):
     t0, t1, k = inputs
     dt = t1 - t0
-    noise = jax.random.normal(k, x.shape, x.dtype)
+    noise = prng.normal(k, x.shape, x.dtype)
     x_next = x + drift(t0, x, args) * dt + diffusion_fn(t0, x, args) * jnp.sqrt(jnp.abs(dt)) * noise
     return x_next, (x_next if save_path else None)
 

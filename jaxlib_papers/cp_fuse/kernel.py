@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxlib_papers.core import contract
+from jaxlib_papers.core import contract, prng
 from jaxlib_papers.cp_fuse import fusion
 
 Array = jax.Array
@@ -195,7 +195,7 @@ def decode(log_probs_fn: Callable[[PyTree, Array], Array], pair_params: PyTree,
       blocked = blocked_tokens(context, ngram_table, l1.shape[-1]) & opts.block
       fused = jnp.where(blocked, -jnp.inf, fused)
     key, sub = jax.random.split(key)
-    sampled = jax.random.categorical(
+    sampled = prng.categorical(
         sub, fused / jnp.maximum(opts.temperature, 1e-6), axis=-1)
     token = jnp.where(opts.temperature > 0, sampled, jnp.argmax(fused, axis=-1))
     token = token.astype(jnp.int32)

@@ -6,6 +6,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxlib_papers.core import nn as core_nn
+from jaxlib_papers.core import prng
+
 
 class Block(nn.Module):
   """Pre-LN block: x + attn(LN x), then x + mlp(LN x). ``x: [B, T, d]``."""
@@ -16,11 +19,12 @@ class Block(nn.Module):
   @nn.compact
   def __call__(self, x: jax.Array, mask: jax.Array) -> jax.Array:
     h = nn.LayerNorm()(x)
-    h = nn.MultiHeadDotProductAttention(num_heads=self.num_heads)(h, h, mask=mask)
+    h = nn.MultiHeadDotProductAttention(num_heads=self.num_heads,
+                                         kernel_init=prng.lecun_normal())(h, h, mask=mask)
     x = x + h
     h = nn.LayerNorm()(x)
-    h = nn.Dense(self.mlp_dim)(h)
-    h = nn.Dense(x.shape[-1])(nn.gelu(h))
+    h = core_nn.Dense(self.mlp_dim)(h)
+    h = core_nn.Dense(x.shape[-1])(nn.gelu(h))
     return x + h
 
 
@@ -53,4 +57,4 @@ class CausalLM(nn.Module):
     for _ in range(self.num_layers):
       x = Block(self.num_heads, self.mlp_dim)(x, mask)
     x = nn.LayerNorm()(x)
-    return nn.Dense(self.vocab_size)(x)
+    return core_nn.Dense(self.vocab_size)(x)

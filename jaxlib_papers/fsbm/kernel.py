@@ -39,7 +39,7 @@ import numpy as np
 import optax
 from jax.typing import ArrayLike
 
-from jaxlib_papers.core import contract, sde
+from jaxlib_papers.core import contract, prng, sde
 from jaxlib_papers.fsbm import feedback, gpath, models
 
 PyTree = Any
@@ -203,7 +203,7 @@ def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
   tau = jnp.broadcast_to(jnp.asarray(tau, x0.dtype), (num_pairs,))
 
   def objective(p, it):
-    noise = jax.random.normal(jax.random.fold_in(key, it), noise_shape, x0.dtype)
+    noise = prng.normal(jax.random.fold_in(key, it), noise_shape, x0.dtype)
     losses, _ = jax.vmap(
         lambda pp, a, b, n, w: condsoc_pair_loss(
             pp, a, b, n, sigma=settings.sigma, t=t, sign=sign, tau=w,
@@ -377,7 +377,7 @@ def population_field(reference: MeanFieldDrift, path_params: gpath.PathParams,
     ``reference.field_shape`` array, gradient-stopped.
   """
   def sample_at(s, i):
-    noise = jax.random.normal(jax.random.fold_in(key, i), x0.shape, x0.dtype)
+    noise = prng.normal(jax.random.fold_in(key, i), x0.shape, x0.dtype)
     return jax.vmap(lambda q, a, b, n: gpath.sample(q, a, b, sigma, s, n))(
         path_params, x0, x1, noise)
 
@@ -509,10 +509,10 @@ def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
       p, s, e = carry
       step_key, i = inputs
       k_idx, k_t, k_n = jax.random.split(step_key, 3)
-      idx = jax.random.randint(k_idx, (settings.match_batch,), 0, num_pairs)
-      t = jax.random.uniform(k_t, (settings.match_batch,), x0.dtype,
+      idx = prng.randint(k_idx, (settings.match_batch,), 0, num_pairs)
+      t = prng.uniform(k_t, (settings.match_batch,), x0.dtype,
                              settings.t_eps, 1.0 - settings.t_eps)
-      noise = jax.random.normal(k_n, (settings.match_batch, settings.dim),
+      noise = prng.normal(k_n, (settings.match_batch, settings.dim),
                                 x0.dtype)
       pp = _take(path_params, idx)
       xt, target = jax.vmap(lambda q, a, b, tt, n: path_drift_at(

@@ -32,12 +32,12 @@ class VectorField(nn.Module):
   def __call__(self, x: jax.Array, t: jax.Array) -> jax.Array:
     t = jnp.broadcast_to(t, x.shape[:-1])
     emb = timestep_embedding(t * self.step_scale, self.time_embed_dim)
-    h_t = nn.Dense(self.hidden)(emb.astype(x.dtype))
-    h_t = nn.Dense(self.hidden)(nn.silu(h_t))
+    h_t = core_nn.Dense(self.hidden)(emb.astype(x.dtype))
+    h_t = core_nn.Dense(self.hidden)(nn.silu(h_t))
     h_x = x
     for i in range(self.x_depth):
-      h_x = nn.Dense(self.hidden)(h_x)
+      h_x = core_nn.Dense(self.hidden)(h_x)
       if i < self.x_depth - 1:
         h_x = nn.silu(h_x)
-    h = nn.Dense(self.hidden)(h_x + h_t)
-    return nn.Dense(self.dim)(nn.silu(h))
+    h = core_nn.Dense(self.hidden)(h_x + h_t)
+    return core_nn.Dense(self.dim)(nn.silu(h))

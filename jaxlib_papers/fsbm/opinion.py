@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlib_papers.core import prng
 from jaxlib_papers.fsbm import tasks
 
 # Official setting (DeepGSB / FSBM opinion task).
@@ -173,7 +174,7 @@ def simulate_reference(drift: PolarizeDrift, x0: jax.Array, key: jax.Array, *,
     t = i * dt
     idx = drift.time_index(t)
     f = drift.drift_at(idx, x, mean_field_term(x, drift.directions[idx]))
-    x = x + f * dt + sigma * jnp.sqrt(dt) * jax.random.normal(k, x.shape, x.dtype)
+    x = x + f * dt + sigma * jnp.sqrt(dt) * prng.normal(k, x.shape, x.dtype)
     return x, x
 
   keys = jax.random.split(key, num_steps)

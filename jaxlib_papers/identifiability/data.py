@@ -24,6 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.special
 
+from jaxlib_papers.core import prng
+
 CONDITIONALS = ("vmf", "laplace", "normal")
 
 
@@ -49,7 +51,7 @@ def normalize(x: jax.Array, axis: int = -1, eps: float = 1e-12) -> jax.Array:
 
 def uniform_sphere(key: jax.Array, num: int, dim: int) -> jax.Array:
   """``[num, dim]`` points uniform on ``S^{dim-1}`` (normalised Gaussians)."""
-  return normalize(jax.random.normal(key, (num, dim)))
+  return normalize(prng.normal(key, (num, dim)))
 
 
 def cluster_vectors(key: jax.Array, num_classes: int, dim: int) -> jax.Array:
@@ -93,12 +95,12 @@ def sample_vmf(key: jax.Array, mean: jax.Array, kappa: jax.Array, *,
   sphere = uniform_sphere(k_beta, n * num_proposals, d)
   u = (0.5 * (1.0 + sphere[:, 0])).reshape(n, num_proposals)
   w = (1.0 - (1.0 + b) * u) / (1.0 - (1.0 - b) * u)
-  log_uniform = jnp.log(jax.random.uniform(k_unif, (n, num_proposals), minval=1e-12))
+  log_uniform = jnp.log(prng.uniform(k_unif, (n, num_proposals), minval=1e-12))
   accept = kappa * w + dm1 * jnp.log1p(-x0 * w) - c0 >= log_uniform
   any_accept = jnp.any(accept, axis=1)
   first = jnp.where(any_accept, jnp.argmax(accept, axis=1), num_proposals - 1)
   w = jnp.take_along_axis(w, first[:, None], axis=1)                        # [n, 1]
-  tangent = jax.random.normal(k_tan, (n, d))
+  tangent = prng.normal(k_tan, (n, d))
   tangent = normalize(tangent - jnp.sum(tangent * mean, -1, keepdims=True) * mean)
   z = w * mean + jnp.sqrt(jnp.clip(1.0 - w**2, 0.0)) * tangent
   return z, jnp.sum(~any_accept).astype(jnp.int32)
@@ -116,9 +118,9 @@ def sample_conditional(key: jax.Array, mean: jax.Array, kappa: jax.Array,
   if kind == "vmf":
     return sample_vmf(key, mean, kappa, num_proposals=num_proposals)
   if kind == "laplace":
-    noise = jax.random.laplace(key, mean.shape)
+    noise = prng.laplace(key, mean.shape)
   elif kind == "normal":
-    noise = jax.random.normal(key, mean.shape)
+    noise = prng.normal(key, mean.shape)
   else:
     raise ValueError(f"conditional must be one of {CONDITIONALS}; got {kind!r}")
   return normalize(mean + kappa / 10.0 * noise), jnp.int32(0)
@@ -141,7 +143,7 @@ def make_mixing(key: jax.Array, dim: int, num_layers: int = 4,
                      f"{dim}, {num_layers}, {num_candidates}")
 
   def one_layer(k):
-    cand = jax.random.uniform(k, (num_candidates, dim, dim), minval=-1.0, maxval=1.0)
+    cand = prng.uniform(k, (num_candidates, dim, dim), minval=-1.0, maxval=1.0)
     cand = cand / jnp.linalg.norm(cand, axis=1, keepdims=True)   # columns
     sv = jnp.linalg.svd(cand, compute_uv=False)                  # [M, d], descending
     return cand[jnp.argmin(sv[:, 0] / sv[:, -1])]
@@ -191,7 +193,7 @@ def sample_batch(key: jax.Array, problem: Problem, kappa: jax.Array, batch_size:
   """
   num_classes = problem.centers.shape[0]
   k_i, k_z = jax.random.split(key)
-  index = jax.random.randint(k_i, (batch_size,), 0, num_indices, dtype=jnp.int32)
+  index = prng.randint(k_i, (batch_size,), 0, num_indices, dtype=jnp.int32)
   label = index % num_classes
   z, rejected = sample_conditional(k_z, problem.centers[label], kappa, conditional,
                                    num_proposals=num_proposals)

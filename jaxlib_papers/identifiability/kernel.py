@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxlib_papers.core import contract
+from jaxlib_papers.core import contract, prng
 from jaxlib_papers.identifiability import data as data_lib
 from jaxlib_papers.identifiability import evaluate as eval_lib
 from jaxlib_papers.identifiability.models import Encoder
@@ -164,7 +164,7 @@ def make_kernel(settings: Settings, variants: Variants) -> contract.TrainKernel:
     variables = model.init(k_model, jnp.zeros((2, d)), train=False)
     bound = 1.0 / np.sqrt(d)
     params = {"encoder": variables["params"],
-              "head": jax.random.uniform(k_head, (k_rows, d), minval=-bound, maxval=bound),
+              "head": prng.uniform(k_head, (k_rows, d), minval=-bound, maxval=bound),
               "log_temperature": jnp.zeros((), jnp.float32)}
     return TrainState(params, variables.get("batch_stats", {}), tx.init(params), problem,
                       jnp.asarray(kappa, jnp.float32), jnp.asarray(normalize_head, bool),

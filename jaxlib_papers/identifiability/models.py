@@ -15,11 +15,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlib_papers.core import prng
+
 
 def torch_uniform(key, shape, dtype=jnp.float32):
   """PyTorch's ``nn.Linear`` init: ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` (kernel [in, out])."""
   bound = 1.0 / np.sqrt(shape[0])
-  return jax.random.uniform(key, shape, dtype, -bound, bound)
+  return prng.uniform(key, shape, dtype, -bound, bound)
 
 
 class Encoder(nn.Module):

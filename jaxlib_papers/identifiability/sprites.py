@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxlib_papers.core import contract
+from jaxlib_papers.core import contract, prng
 from jaxlib_papers.identifiability import data as data_lib
 from jaxlib_papers.identifiability.models import Encoder
 
@@ -82,7 +82,7 @@ def make_kernel(images: np.ndarray, labels: np.ndarray, train_index: np.ndarray,
     variables = encoder.init(k_enc, images[:2], train=False)
     bound = 1.0 / np.sqrt(hidden[-1])
     params = {"encoder": variables["params"],
-              "readout": {"w": jax.random.uniform(k_out, (hidden[-1], num_classes),
+              "readout": {"w": prng.uniform(k_out, (hidden[-1], num_classes),
                                                   minval=-bound, maxval=bound),
                           "b": jnp.zeros((num_classes,))}}
     return SpritesState(params, variables["batch_stats"], tx.init(params), k_data,
@@ -101,7 +101,7 @@ def make_kernel(images: np.ndarray, labels: np.ndarray, train_index: np.ndarray,
   def step_one(state: SpritesState, index):
     def body(s, _):
       key, k = jax.random.split(s.key)
-      rows = index[jax.random.randint(k, (batch_size,), 0, n_train)]
+      rows = index[prng.randint(k, (batch_size,), 0, n_train)]
       (loss, (bs, acc)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
           s.params, s.batch_stats, images[rows], labels[rows])
       updates, opt = tx.update(grads, s.opt_state, s.params)

@@ -30,6 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlib_papers.core import prng
+
 Array = jax.Array
 
 # Relative tolerance for "equal" Q-values: exact ties (theta = 0 at unvisited
@@ -106,14 +108,14 @@ def random_argmax(values: Array, key: Array) -> Array:
   """
   best = jnp.max(values)
   tied = values >= best - TIE_RTOL * (1.0 + jnp.abs(best))
-  scores = jnp.where(tied, jax.random.uniform(key, values.shape), -1.0)
+  scores = jnp.where(tied, prng.uniform(key, values.shape), -1.0)
   return jnp.argmax(scores).astype(jnp.int32)
 
 
 def _bernoulli_or_mean(key, mean, reward_noise: bool):
   if not reward_noise:
     return mean
-  return jax.random.bernoulli(key, jnp.clip(mean, 0.0, 1.0)).astype(mean.dtype)
+  return prng.bernoulli(key, jnp.clip(mean, 0.0, 1.0)).astype(mean.dtype)
 
 
 def _no_nonconcave(q_weights):
@@ -158,7 +160,7 @@ def deep_sea(size: int, reward_noise: bool = False,
 
   def sample_params(key):
     if randomize_actions:
-      right = jax.random.bernoulli(key, 0.5, (n, n)).astype(jnp.int32)
+      right = prng.bernoulli(key, 0.5, (n, n)).astype(jnp.int32)
     else:
       right = jnp.ones((n, n), jnp.int32)
     return {"right": right}
@@ -197,7 +199,7 @@ def deep_sea(size: int, reward_noise: bool = False,
 
   def random_action(params, key):
     del params
-    return jax.random.randint(key, (), 0, 2, jnp.int32)
+    return prng.randint(key, (), 0, 2, jnp.int32)
 
   def all_features(params, h, state):
     del params, h
@@ -267,15 +269,15 @@ def linear_system(state_dim: int = 3, action_dim: int = 3,
   d = ds + da + 1
 
   def _unit(key, shape):
-    x = jax.random.normal(key, shape, jnp.float64)
+    x = prng.normal(key, shape, jnp.float64)
     return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
 
   def sample_params(key):
     ko, kb, ka, kw1, kw2, ks, kr = jax.random.split(key, 7)
-    orth, _ = jnp.linalg.qr(jax.random.normal(ko, (ds, ds), jnp.float64))
-    gmat = jax.random.normal(kb, (ds, da), jnp.float64)
+    orth, _ = jnp.linalg.qr(prng.normal(ko, (ds, ds), jnp.float64))
+    gmat = prng.normal(kb, (ds, da), jnp.float64)
     gmat = gmat / jnp.linalg.norm(gmat, ord=2)
-    radius = jax.random.uniform(kr, (), jnp.float64) ** (1.0 / ds)
+    radius = prng.uniform(kr, (), jnp.float64) ** (1.0 / ds)
     return {
         "A": contraction * orth,
         "B": (1.0 - contraction) * gmat,
@@ -320,7 +322,7 @@ def linear_system(state_dim: int = 3, action_dim: int = 3,
 
   def random_action(params, key):
     del params
-    return jax.random.randint(key, (), 0, k, jnp.int32)
+    return prng.randint(key, (), 0, k, jnp.int32)
 
   def all_features(params, h, state):
     del h
@@ -333,9 +335,9 @@ def linear_system(state_dim: int = 3, action_dim: int = 3,
   def design_candidates(params):
     key = jax.random.key(12345)
     k1, k2, k3 = jax.random.split(key, 3)
-    radius = jax.random.uniform(k1, (num_design_candidates, 1)) ** (1.0 / ds)
+    radius = prng.uniform(k1, (num_design_candidates, 1)) ** (1.0 / ds)
     states = radius * _unit(k2, (num_design_candidates, ds))
-    idx = jax.random.randint(k3, (num_design_candidates,), 0, k)
+    idx = prng.randint(k3, (num_design_candidates,), 0, k)
     return jax.vmap(_phi)(states, params["actions"][idx])
 
   env = Env(
@@ -444,7 +446,7 @@ def lqr(a: float = 0.5, b: float = 1.0, q: float = 1.0, r: float = 1.0,
 
   def initial_state(params, key):
     del params
-    return jax.random.uniform(key, (1,), jnp.float64, -initial_bound,
+    return prng.uniform(key, (1,), jnp.float64, -initial_bound,
                               initial_bound)
 
   def _phi(x, u):
@@ -485,7 +487,7 @@ def lqr(a: float = 0.5, b: float = 1.0, q: float = 1.0, r: float = 1.0,
     c2 = theta[2]
     # Non-concave with c1 == 0: both end points tie.
     tie = (c2 >= 0) & (jnp.abs(c1) <= TIE_RTOL * (1.0 + jnp.abs(theta).max()))
-    coin = jax.random.bernoulli(key)
+    coin = prng.bernoulli(key)
     return jnp.where(tie, jnp.where(coin, u_max, -u_max), u)
 
   def max_value(params, h, states, theta):
@@ -494,7 +496,7 @@ def lqr(a: float = 0.5, b: float = 1.0, q: float = 1.0, r: float = 1.0,
 
   def random_action(params, key):
     del params
-    return jax.random.uniform(key, (), jnp.float64, -u_max, u_max)
+    return prng.uniform(key, (), jnp.float64, -u_max, u_max)
 
   def optimal_value(params, state):
     del params

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 
-from jaxlib_papers.core import precision
+from jaxlib_papers.core import precision, prng
 from jaxlib_papers.linear_rl import envs as envs_lib
 
 Array = jax.Array
@@ -202,7 +202,7 @@ def null_space_noise(basis: Array, design_gram: Array, key: Array,
   precision = comp @ design_gram @ comp + proj
   precision = 0.5 * (precision + precision.T)
   chol = jnp.linalg.cholesky(precision)
-  z = jax.random.normal(key, (d,), basis.dtype)
+  z = prng.normal(key, (d,), basis.dtype)
   v = solve_triangular(chol.T, z, lower=False)
   return scale * (v - basis @ (basis.T @ v))
 
@@ -222,7 +222,7 @@ def gaussian_from_precision(precision: Array, rhs: Array, key: Array,
   """
   chol = jnp.linalg.cholesky(precision)
   mean = cho_solve((chol, True), rhs)
-  z = jax.random.normal(key, rhs.shape, precision.dtype)
+  z = prng.normal(key, rhs.shape, precision.dtype)
   return mean, mean + scale * solve_triangular(chol.T, z, lower=False)
 
 
@@ -447,7 +447,7 @@ def make_agent(env: envs_lib.Env, cfg: AgentConfig) -> Agent:
       if isotropic_design:
         # Lambda_0 = I / d: Q Lambda^{-1} Q = d Q, so xi = sigma sqrt(d) Q z
         # exactly (same law as the Cholesky route, without a factorisation).
-        z = jax.random.normal(k_theta, (d,), jnp.float64)
+        z = prng.normal(k_theta, (d,), jnp.float64)
         xi = cfg.sigma_theta * jnp.sqrt(float(d)) * (z - basis @ (basis.T @ z))
       else:
         xi = null_space_noise(basis, design, k_theta, cfg.sigma_theta)
@@ -457,7 +457,7 @@ def make_agent(env: envs_lib.Env, cfg: AgentConfig) -> Agent:
     if cfg.name == "rlsvi":
       precision = gram / cfg.rlsvi_noise**2 + cfg.rlsvi_prior * eye
       chol = jnp.linalg.cholesky(precision)
-      z = jax.random.normal(k_theta, (d,), jnp.float64)
+      z = prng.normal(k_theta, (d,), jnp.float64)
       return chol, solve_triangular(chol.T, z, lower=False), jnp.zeros((d,))
     precision = cfg.ridge * eye + gram
     chol = jnp.linalg.cholesky(precision)
@@ -515,7 +515,7 @@ def make_agent(env: envs_lib.Env, cfg: AgentConfig) -> Agent:
     else:
       action = env.greedy(params, h, state, policy.q_weights[h], k_greedy)
     if cfg.name == "eps_greedy":
-      explore = jax.random.bernoulli(k_explore, cfg.epsilon)
+      explore = prng.bernoulli(k_explore, cfg.epsilon)
       action = jnp.where(explore, env.random_action(params, k_random), action)
     return action
 

@@ -23,6 +23,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from jaxlib_papers.core import prng
+
 Array = jax.Array
 
 METHODS = ("beta_tilde", "beta", "analytic", "sn", "npr", "ocm", "exact")
@@ -33,7 +35,7 @@ def rademacher_probes(key: Array, num_probes: int, shape, dtype=jnp.float32) -> 
   """[num_probes, *shape] entries +-1 with equal probability."""
   if num_probes < 1:
     raise ValueError(f"num_probes must be >= 1, got {num_probes}")
-  return jax.random.rademacher(key, (num_probes, *shape), dtype)
+  return prng.rademacher(key, (num_probes, *shape), dtype)
 
 
 def ocm_target(backbone_fn: Callable[[Array], tuple[Array, Array]], x_t: Array,

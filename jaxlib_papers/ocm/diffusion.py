@@ -22,6 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlib_papers.core import prng
+
 Array = jax.Array
 # predict(x_t [B, ...], t: int scalar array) -> (eps_hat [B, ...], x0_cov broadcastable to x_t)
 Predictor = Callable[[Array, Array], tuple[Array, Array]]
@@ -188,7 +190,7 @@ def sample(predict: Predictor, schedule: Schedule, timesteps: np.ndarray, x_T: A
     t, s, k = inputs
     eps, x0_cov = predict(x, t)
     mean, var = reverse_moments(schedule, x, t, s, eps, x0_cov, eta, clip_x0)
-    x = mean + jnp.sqrt(var) * jax.random.normal(k, x.shape, x.dtype)
+    x = mean + jnp.sqrt(var) * prng.normal(k, x.shape, x.dtype)
     return x, None
 
   x, _ = jax.lax.scan(body, x_T, (ts, ss, keys))
@@ -245,7 +247,7 @@ def nelbo(predict: Predictor, schedule: Schedule, timesteps: np.ndarray, x0: Arr
 
   def transition(inputs):
     t, s, k = inputs
-    noise = jax.random.normal(k, x0.shape, x0.dtype)
+    noise = prng.normal(k, x0.shape, x0.dtype)
     tb = jnp.full((x0.shape[0],), t)
     x_t = q_sample(schedule, x0, tb, noise)
     eps_hat, x0_cov = predict(x_t, t)
@@ -259,7 +261,7 @@ def nelbo(predict: Predictor, schedule: Schedule, timesteps: np.ndarray, x0: Arr
   trans = jax.lax.map(transition, (ts, ss, keys))
 
   t0 = jnp.asarray(timesteps[0])
-  noise = jax.random.normal(key_dec, x0.shape, x0.dtype)
+  noise = prng.normal(key_dec, x0.shape, x0.dtype)
   x_1 = q_sample(schedule, x0, jnp.full((x0.shape[0],), t0), noise)
   eps_hat, x0_cov = predict(x_1, t0)
   x0_hat, _ = predict_x0(schedule, x_1, t0, eps_hat, clip_x0)

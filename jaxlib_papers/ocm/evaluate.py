@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlib_papers.core import prng
 from jaxlib_papers.ocm import covariance, diffusion, kernel
 
 Array = jax.Array
@@ -102,7 +103,7 @@ def evaluate(methods: kernel.Methods, schedule: diffusion.Schedule, config, *,
       return diffusion.sample(lambda x, t: predict(x, t, idx), schedule, ts, x_T, k,
                               eta=eta, clip_x0=clip_x0)
 
-    x_T = jax.random.normal(k_noise, (ev.num_samples, *eval_data.shape[1:]), eval_data.dtype)
+    x_T = prng.normal(k_noise, (ev.num_samples, *eval_data.shape[1:]), eval_data.dtype)
     nel, mmd, mmd_ddim, fid, bpd = {}, {}, {}, {}, {}
 
     terms = {}
@@ -164,7 +165,7 @@ def head_errors(methods: kernel.Methods, schedule: diffusion.Schedule, config,
 
   @jax.jit
   def errors(t, k):
-    noise = jax.random.normal(k, x0.shape, x0.dtype)
+    noise = prng.normal(k, x0.shape, x0.dtype)
     x_t = diffusion.q_sample(schedule, x0, jnp.full((x0.shape[0],), t), noise)
     _, h_star = methods.oracle.eps_and_h(x_t, t)
     return {name: jnp.mean(jnp.square(fn(x_t, t)[1] - 1.0 - h_star))

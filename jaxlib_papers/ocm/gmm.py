@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlib_papers.core import prng
+
 Array = jax.Array
 
 
@@ -67,8 +69,8 @@ def random_mixture(seed: int, num_modes: int, dim: int, *, spread: float = 0.5,
 def sample(gmm: GaussianMixture, key: Array, num: int) -> Array:
   """Draws [num, D] samples."""
   k_comp, k_noise = jax.random.split(key)
-  comp = jax.random.categorical(k_comp, jnp.log(gmm.weights), shape=(num,))
-  noise = jax.random.normal(k_noise, (num, gmm.dim), gmm.means.dtype)
+  comp = prng.categorical(k_comp, jnp.log(gmm.weights), shape=(num,))
+  noise = prng.normal(k_noise, (num, gmm.dim), gmm.means.dtype)
   return gmm.means[comp] + gmm.stds[comp] * noise
 
 

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxlib_papers.core import contract
+from jaxlib_papers.core import contract, prng
 from jaxlib_papers.ocm import covariance, diffusion
 
 Array = jax.Array
@@ -84,8 +84,8 @@ def _init_key(key: Array) -> Array:
 
 def _sample_t_noise(schedule: diffusion.Schedule, key: Array, x0: Array):
   k_t, k_noise = jax.random.split(key)
-  t = jax.random.randint(k_t, (x0.shape[0],), 1, schedule.num_steps + 1)
-  noise = jax.random.normal(k_noise, x0.shape, x0.dtype)
+  t = prng.randint(k_t, (x0.shape[0],), 1, schedule.num_steps + 1)
+  noise = prng.normal(k_noise, x0.shape, x0.dtype)
   return t, noise
 
 
@@ -230,7 +230,7 @@ def analytic_gamma(model: nn.Module, params: PyTree, schedule: diffusion.Schedul
   def one(inputs):
     t, k = inputs
     tb = jnp.full((x0.shape[0],), t)
-    x_t = diffusion.q_sample(schedule, x0, tb, jax.random.normal(k, x0.shape, x0.dtype))
+    x_t = diffusion.q_sample(schedule, x0, tb, prng.normal(k, x0.shape, x0.dtype))
     eps_hat, _ = model.apply(params, x_t, tb)
     return jnp.mean(jnp.square(eps_hat))
 

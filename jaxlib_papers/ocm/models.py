@@ -32,14 +32,14 @@ class MLPBackbone(nn.Module):
   @nn.compact
   def __call__(self, x: Array, t: Array) -> tuple[Array, Array]:
     temb = timestep_embedding(t, self.time_embed_dim)
-    temb = nn.Dense(self.width)(nn.silu(nn.Dense(self.width)(temb)))
-    h = nn.Dense(self.width)(x) + temb
+    temb = core_nn.Dense(self.width)(nn.silu(core_nn.Dense(self.width)(temb)))
+    h = core_nn.Dense(self.width)(x) + temb
     for _ in range(self.depth):
       # Time enters every block: the eps map changes sharply with t at small t.
-      y = nn.Dense(self.width)(nn.silu(h)) + nn.Dense(self.width, use_bias=False)(temb)
-      h = h + nn.Dense(self.width)(nn.silu(y))
+      y = core_nn.Dense(self.width)(nn.silu(h)) + core_nn.Dense(self.width, use_bias=False)(temb)
+      h = h + core_nn.Dense(self.width)(nn.silu(y))
     features = nn.silu(h)
-    return nn.Dense(x.shape[-1])(features), features
+    return core_nn.Dense(x.shape[-1])(features), features
 
 
 class VectorHead(nn.Module):
@@ -51,8 +51,8 @@ class VectorHead(nn.Module):
   def __call__(self, features: Array) -> Array:
     h = features
     for width in self.hidden:
-      h = nn.silu(nn.Dense(width)(h))
-    return nn.Dense(self.out_dim, kernel_init=nn.initializers.zeros)(h)
+      h = nn.silu(core_nn.Dense(width)(h))
+    return core_nn.Dense(self.out_dim, kernel_init=nn.initializers.zeros)(h)
 
 
 class _ResBlock(nn.Module):
@@ -61,11 +61,12 @@ class _ResBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, temb: Array) -> Array:
-    h = nn.Conv(self.channels, (3, 3))(nn.silu(nn.GroupNorm(min(self.groups, x.shape[-1]))(x)))
-    h = h + nn.Dense(self.channels)(nn.silu(temb))[:, None, None, :]
-    h = nn.Conv(self.channels, (3, 3))(nn.silu(nn.GroupNorm(min(self.groups, self.channels))(h)))
+    h = core_nn.Conv(self.channels, (3, 3))(nn.silu(nn.GroupNorm(min(self.groups, x.shape[-1]))(x)))
+    h = h + core_nn.Dense(self.channels)(nn.silu(temb))[:, None, None, :]
+    h = nn.silu(nn.GroupNorm(min(self.groups, self.channels))(h))
+    h = core_nn.Conv(self.channels, (3, 3))(h)
     if x.shape[-1] != self.channels:
-      x = nn.Conv(self.channels, (1, 1))(x)
+      x = core_nn.Conv(self.channels, (1, 1))(x)
     return x + h
 
 
@@ -86,15 +87,15 @@ class UNet(nn.Module):
       raise ValueError(f"UNet expects x [B, H, W, C], got shape {x.shape}")
     temb_dim = 4 * self.base_channels
     temb = timestep_embedding(t, self.base_channels)
-    temb = nn.Dense(temb_dim)(nn.silu(nn.Dense(temb_dim)(temb)))
-    h = nn.Conv(self.base_channels, (3, 3))(x)
+    temb = core_nn.Dense(temb_dim)(nn.silu(core_nn.Dense(temb_dim)(temb)))
+    h = core_nn.Conv(self.base_channels, (3, 3))(x)
     skips = [h]
     for level, mult in enumerate(self.channel_mults):
       for _ in range(self.blocks_per_level):
         h = _ResBlock(self.base_channels * mult, self.groups)(h, temb)
         skips.append(h)
       if level < len(self.channel_mults) - 1:
-        h = nn.Conv(h.shape[-1], (3, 3), strides=(2, 2))(h)
+        h = core_nn.Conv(h.shape[-1], (3, 3), strides=(2, 2))(h)
         skips.append(h)
     h = _ResBlock(h.shape[-1], self.groups)(h, temb)
     for level, mult in reversed(list(enumerate(self.channel_mults))):
@@ -104,9 +105,9 @@ class UNet(nn.Module):
       if level > 0:
         b, hh, ww, c = h.shape
         h = jax.image.resize(h, (b, 2 * hh, 2 * ww, c), "nearest")
-        h = nn.Conv(c, (3, 3))(h)
+        h = core_nn.Conv(c, (3, 3))(h)
     features = nn.silu(nn.GroupNorm(min(self.groups, h.shape[-1]))(h))
-    return nn.Conv(x.shape[-1], (3, 3))(features), features
+    return core_nn.Conv(x.shape[-1], (3, 3))(features), features
 
 
 class ImageHead(nn.Module):
@@ -116,8 +117,8 @@ class ImageHead(nn.Module):
 
   @nn.compact
   def __call__(self, features: Array) -> Array:
-    h = nn.silu(nn.Conv(self.hidden, (3, 3))(features))
-    return nn.Conv(self.out_channels, (3, 3), kernel_init=nn.initializers.zeros)(h)
+    h = nn.silu(core_nn.Conv(self.hidden, (3, 3))(features))
+    return core_nn.Conv(self.out_channels, (3, 3), kernel_init=nn.initializers.zeros)(h)
 
 
 def make_backbone(kind: str, **kwargs) -> nn.Module:

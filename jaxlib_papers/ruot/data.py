@@ -17,6 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlib_papers.core import prng
+
 
 class Snapshots(NamedTuple):
   """Unpaired, unnormalised snapshots of a cell population.
@@ -207,10 +209,10 @@ def _em_step(pop: _Population, key, params: GeneNetwork, dt: float) -> _Populati
   """One Euler-Maruyama step of every cell, then divisions into free slots."""
   noise_key, divide_key = jax.random.split(key)
   eta = jnp.asarray(params.noise, pop.x.dtype)
-  x = pop.x + gene_drift(pop.x, params) * dt + eta * jnp.sqrt(dt) * jax.random.normal(
+  x = pop.x + gene_drift(pop.x, params) * dt + eta * jnp.sqrt(dt) * prng.normal(
       noise_key, pop.x.shape, pop.x.dtype)
   x = jnp.maximum(x, 0.0)
-  divide = pop.alive & (jax.random.uniform(divide_key, pop.alive.shape)
+  divide = pop.alive & (prng.uniform(divide_key, pop.alive.shape)
                         < gene_division_rate(x, params) * dt)
   free = ~pop.alive
   num_divide = jnp.sum(divide)
@@ -245,7 +247,7 @@ def simulate_gene_population(key, params: GeneNetwork, *, num_cells: int, num_sw
   mean = jnp.concatenate([
       jnp.broadcast_to(jnp.asarray(params.init_mean, jnp.float32), (num_switch, 2)),
       jnp.zeros((num_cells - num_switch, 2), jnp.float32)])
-  x0 = jnp.maximum(mean + params.init_std * jax.random.normal(init_key, mean.shape), 0.0)
+  x0 = jnp.maximum(mean + params.init_std * prng.normal(init_key, mean.shape), 0.0)
   x = jnp.zeros((capacity, 2), jnp.float32).at[:num_cells].set(x0)
   alive = jnp.arange(capacity) < num_cells
   pop = _Population(x, alive, jnp.asarray(False))

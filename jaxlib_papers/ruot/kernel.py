@@ -28,7 +28,7 @@ import numpy as np
 import optax
 from jax.typing import ArrayLike
 
-from jaxlib_papers.core import contract, sde
+from jaxlib_papers.core import contract, prng, sde
 from jaxlib_papers.core import ot as core_ot
 from jaxlib_papers.ruot.models import Networks, Params
 
@@ -669,8 +669,8 @@ def make_score_stage(
 
   def loss_fn(params, x0, x1, key):
     k_tau, k_eps = jax.random.split(key)
-    tau = jax.random.uniform(k_tau, x0.shape[:2], x0.dtype)
-    eps = jax.random.normal(k_eps, x0.shape, x0.dtype)
+    tau = prng.uniform(k_tau, x0.shape[:2], x0.dtype)
+    eps = prng.normal(k_eps, x0.shape, x0.dtype)
     potential = lambda t, x: nets.potential(params, t, x)
     per_interval = jax.vmap(
         lambda a, b, ta, tb, tu, e: score_matching_loss(potential, a, b, ta, tb, tu, e,

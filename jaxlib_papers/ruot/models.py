@@ -18,6 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlib_papers.core import prng
+
 
 class MLP(nn.Module):
   """MLP with PyTorch's default ``nn.Linear`` initialisation (LeakyReLU between layers).
@@ -36,7 +38,7 @@ class MLP(nn.Module):
   def __call__(self, x: jax.Array) -> jax.Array:
     for i, width in enumerate(self.features):
       bound = 1.0 / np.sqrt(x.shape[-1])
-      init = lambda key, shape, dtype=jnp.float32, b=bound: jax.random.uniform(
+      init = lambda key, shape, dtype=jnp.float32, b=bound: prng.uniform(
           key, shape, dtype, -b, b)
       x = nn.Dense(width, kernel_init=init, bias_init=init)(x)
       if i < len(self.features) - 1:
