@@ -76,6 +76,12 @@ def test_sharded_draw_equals_single_device():
   assert out.sharding.is_equivalent_to(sharding, len(shape))
   np.testing.assert_array_equal(np.asarray(out),
                                 np.asarray(jax.random.normal(jax.random.key(5), shape)))
+  # Each device computes only its own slice: no op of the per-device program has the
+  # global size (the flat draw is partitioned like the shaped one, not computed whole).
+  hlo = draw.lower(jax.random.key(5)).compile().as_text()
+  size = int(np.prod(shape))
+  assert f"[{size}]" not in hlo and f"[{shape[0]}," not in hlo
+  assert f"[{size // jax.device_count()}]" in hlo
 
 
 def test_array_bounds_are_refused_with_the_argument_named():
