@@ -22,6 +22,7 @@ Dense = functools.partial(nn.Dense, kernel_init=prng.lecun_normal())
 DenseGeneral = functools.partial(nn.DenseGeneral, kernel_init=prng.lecun_normal())
 Conv = functools.partial(nn.Conv, kernel_init=prng.lecun_normal())
 
+
 def timestep_embedding(t: jax.Array, dim: int, max_period: float = 10_000.0, *,
                        cos_first: bool = False) -> jax.Array:
   """Transformer-style sinusoidal embedding, the one every method uses.
