@@ -10,7 +10,8 @@ import sys
 
 pid, nproc, port, ndev = (int(a) for a in sys.argv[1:5])
 workdir, num_steps, out = sys.argv[5], int(sys.argv[6]), sys.argv[7]
-os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={ndev}"
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={ndev}").strip()
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

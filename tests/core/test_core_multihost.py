@@ -24,7 +24,10 @@ def _free_port() -> int:
 
 
 def _env():
-  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  env = dict(os.environ)
+  # The suite's compile settings stay (tests/conftest.py); the worker sets its device count.
+  env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split()
+                              if not f.startswith("--xla_force_host_platform_device_count"))
   env.update({"PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu", "OPENBLAS_NUM_THREADS": "1"})
   return env
 
