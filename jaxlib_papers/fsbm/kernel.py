@@ -97,12 +97,12 @@ def condsoc_pair_loss(params: gpath.PathParams, x0: jax.Array, x1: jax.Array,
                       noise: jax.Array, *, sigma: float, t: jax.Array,
                       sign: ArrayLike, tau: ArrayLike, keypoints: jax.Array,
                       inv_std: jax.Array, base_drift: BaseDrift = None,
-                      state_cost: StateCost = None):
+                      state_cost: StateCost = None, state_weight: ArrayLike = 1.0):
   """CondSOC objective of one pair, a mean over its N paths and S times.
 
   L = mean_{n,t} [ ||u_t||^2 / (2 sigma^2) + tau |<grad G, u_t>| + tau sum_d (H 1)_d
-                   + V(X_t) ]
-  with u_t the path drift minus the signed base drift and V an optional known
+                   + w V(X_t) ]
+  with u_t the path drift minus the signed base drift and w V an optional known
   state cost (the GSBM-style baseline; None = 0, as in FSBM).
 
   Args:
@@ -116,7 +116,8 @@ def condsoc_pair_loss(params: gpath.PathParams, x0: jax.Array, x1: jax.Array,
     keypoints: [K, S, D] aligned trajectories.
     inv_std: [S, D] from ``feedback.keypoint_inv_std``.
     base_drift: optional reference drift f(t, x).
-    state_cost: optional V(x [..., D]) -> [...], already weighted.
+    state_cost: optional V(x [..., D]) -> [...].
+    state_weight: w, the weight of V (traced is fine; 0 gives FSBM's objective).
 
   Returns:
     (loss [], aux dict of [] scalars: control, feedback, divergence, state).
@@ -130,7 +131,7 @@ def condsoc_pair_loss(params: gpath.PathParams, x0: jax.Array, x1: jax.Array,
       lambda xn: feedback.feedback_terms(xn, keypoints, inv_std, ref_index))(x)
   guide = jnp.abs(jnp.sum(grad_g * u, axis=-1))                       # [N, S]
   divergence = jnp.sum(hess_ones, axis=-1)                            # [N, S]
-  state = jnp.zeros_like(control) if state_cost is None else state_cost(x)
+  state = jnp.zeros_like(control) if state_cost is None else state_weight * state_cost(x)
   loss = jnp.mean(control + tau * guide + tau * divergence + state)
   aux = dict(control=jnp.mean(control), feedback=jnp.mean(guide),
              divergence=jnp.mean(divergence), state=jnp.mean(state))
@@ -149,7 +150,8 @@ def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
                   key: jax.Array, *, settings: CondSOCSettings,
                   sign: ArrayLike, tau: ArrayLike, keypoints: jax.Array,
                   inv_std: jax.Array, base_drift: BaseDrift = None,
-                  state_cost: StateCost = None, with_stats: bool = False):
+                  state_cost: StateCost = None, state_weight: ArrayLike = 1.0,
+                  with_stats: bool = False):
   """Fits one Gaussian path per endpoint pair: one program for all B pairs.
 
   The per-pair losses are summed and divided by ``settings.micro_batch``, so
@@ -181,6 +183,7 @@ def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
     keypoints: [K, S, D]; inv_std: [S, D].
     base_drift: optional reference drift.
     state_cost: optional known state cost V (GSBM-style baseline).
+    state_weight: its weight, [] or [B] (one per pair, like tau).
     with_stats: also return the number of rejected pair-steps per iteration.
 
   Returns:
@@ -201,15 +204,16 @@ def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
   noise_shape = (num_pairs, settings.num_noise, settings.num_steps, dim)
   safe = settings.safe_ratio > 0
   tau = jnp.broadcast_to(jnp.asarray(tau, x0.dtype), (num_pairs,))
+  state_weight = jnp.broadcast_to(jnp.asarray(state_weight, x0.dtype), (num_pairs,))
 
   def objective(p, it):
     noise = prng.normal(jax.random.fold_in(key, it), noise_shape, x0.dtype)
     losses, _ = jax.vmap(
-        lambda pp, a, b, n, w: condsoc_pair_loss(
+        lambda pp, a, b, n, w, v: condsoc_pair_loss(
             pp, a, b, n, sigma=settings.sigma, t=t, sign=sign, tau=w,
             keypoints=keypoints, inv_std=inv_std, base_drift=base_drift,
-            state_cost=state_cost))(
-                p, x0, x1, noise, tau)
+            state_cost=state_cost, state_weight=v))(
+                p, x0, x1, noise, tau, state_weight)
     return jnp.sum(losses) / settings.micro_batch, losses
 
   def per_pair(mask, a, b):
@@ -387,7 +391,8 @@ def population_field(reference: MeanFieldDrift, path_params: gpath.PathParams,
 def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
                 base_drift: BaseDrift | MeanFieldDrift = None,
                 collision_fn: Callable[[jax.Array], jax.Array] | None = None,
-                state_cost: StateCost = None) -> contract.TrainKernel:
+                state_cost: StateCost = None,
+                state_weight: float = 1.0) -> contract.TrainKernel:
   """Builds the FSBM alternating kernel.
 
   Args:
@@ -400,17 +405,23 @@ def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
       given, each alternation reports the forward EMA model's collision rate.
     state_cost: optional known state cost V(x) in every R-step (with tau = 0
       this is the GSBM-style baseline that is told where the obstacles are).
+    state_weight: default weight of ``state_cost``, used for a batch without
+      ``"state_weight"``.
 
   Returns:
     A :class:`~jaxlib_papers.core.contract.TrainKernel`: ``train_step(state, batch)``
     runs one alternation on batch = {"x0": [B, D], "x1": [B, D]} samples of the two
-    marginals and optionally "tau": [B] per-pair feedback weights (traced, so every
-    tau shares one compiled program; the loop shards it with the pairs). Extras:
+    marginals and optionally "tau": [B] per-pair feedback weights and "state_weight": [B]
+    per-pair weights of ``state_cost`` (traced, so FSBM, its tau = 0 baseline and the
+    GSBM-style baseline share one compiled program; the loop shards them with the
+    pairs). Extras:
     ``simulate(state, x_start [n, D], key, sign, use_ema=True) -> [nfe + 1, n, D]``
     (forward-time order), ``apply_fn`` (the flax network's apply) and ``settings``.
   """
   if tau < 0:
     raise ValueError(f"tau must be >= 0, got {tau}")
+  if state_weight < 0:
+    raise ValueError(f"state_weight must be >= 0, got {state_weight}")
   kp = feedback.check_keypoints(keypoints, settings.csoc.num_steps)
   if kp.shape[2] != settings.dim:
     raise ValueError(f"keypoints have dim {kp.shape[2]}, config dim is {settings.dim}")
@@ -454,6 +465,8 @@ def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
     chex.assert_equal_shape([x0, x1])
     tau_value = batch.get("tau", jnp.full(x0.shape[:1], tau, x0.dtype))
     chex.assert_shape(tau_value, x0.shape[:1])
+    weight_value = batch.get("state_weight", jnp.full(x0.shape[:1], state_weight, x0.dtype))
+    chex.assert_shape(weight_value, x0.shape[:1])
     k = state.step
     key, k_sim, k_csoc, k_match, k_eval = jax.random.split(state.key, 5)
     # A separate stream for the mean-field tables, so tasks without one keep
@@ -491,7 +504,8 @@ def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
     path_params, csoc_losses, csoc_rejected = condsoc_solve(
         px0, px1, mean_path, k_csoc, settings=csoc, sign=fit_sign,
         tau=tau_value, keypoints=keypoints_arr, inv_std=inv_std,
-        base_drift=reference(field_in), state_cost=state_cost, with_stats=True)
+        base_drift=reference(field_in), state_cost=state_cost, state_weight=weight_value,
+        with_stats=True)
     if mean_field:
       field_out = population_field(base_drift, path_params, px0, px1, k_field_out,
                                    sigma=csoc.sigma).astype(state.field.dtype)

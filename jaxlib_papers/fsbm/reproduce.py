@@ -42,24 +42,24 @@ def held_out_tracking_error(paths: np.ndarray, held_out: np.ndarray) -> float:
 
 
 def task_run(task: str, tau: float, preset: str, seed: int, keypoints_path: str | None):
-  overrides = {"seed": seed}
-  if keypoints_path:
-    overrides.update(keypoints_path=keypoints_path, num_feedback=80, **{"csoc.S": 100})
-  config = default.task_config(task, preset, **overrides)
-  start = time.perf_counter()
-  fsbm, base = train.run(config, taus=(tau, 0.0), verbose=preset != "smoke")
-  return config, fsbm, base, time.perf_counter() - start
+  """FSBM (tau), tau = 0 and, on tasks with obstacles, the GSBM-style baseline (tau = 0
+  with GSBM's known obstacle cost in every R-step): three runs of one compiled program.
 
-
-def gsbm_run(task: str, preset: str, seed: int, keypoints_path: str | None):
-  """The GSBM-style baseline: tau = 0 with GSBM's known obstacle cost in every R-step."""
+  Returns (config, [fsbm, tau0(, gsbm)], seconds for all runs); a diverged run is a dict
+  with "error".
+  """
   from jaxlib_papers.fsbm import tasks  # pylint: disable=g-import-not-at-top
-  overrides = {"seed": seed, "gsbm_obstacle_weight": tasks.OBSTACLE_WEIGHT[task]}
-  if keypoints_path:  # unused by tau = 0, but keeps the grid and split identical
+  overrides = {"seed": seed}
+  if keypoints_path:  # GSBM does not use them, but shares the grid and split
     overrides.update(keypoints_path=keypoints_path, num_feedback=80, **{"csoc.S": 100})
   config = default.task_config(task, preset, **overrides)
-  (gsbm,) = train.run(config, taus=(0.0,), verbose=preset != "smoke")
-  return gsbm
+  taus, weights = (tau, 0.0), (0.0, 0.0)
+  if task in tasks.OBSTACLE_WEIGHT:
+    taus, weights = taus + (0.0,), weights + (tasks.OBSTACLE_WEIGHT[task],)
+  start = time.perf_counter()
+  runs = train.run(config, taus=taus, obstacle_weights=weights, verbose=preset != "smoke",
+                   errors="record")
+  return config, runs, time.perf_counter() - start
 
 
 def plot(ctx, task, fsbm, base):
@@ -79,25 +79,22 @@ def check(ctx) -> list[reproduce.Claim]:
   for task, tau in TASKS:
     kp_file = ctx.data_file(f"fsbm/kp_traj_{task}.pt")
     data = ctx.data_label(f"fsbm/kp_traj_{task}.pt")
-    try:
-      config, fsbm, base, seconds = task_run(task, tau, ctx.preset, ctx.seed,
-                                             str(kp_file) if kp_file else None)
-    except FloatingPointError as e:
+    config, (fsbm, base, gsbm), seconds = task_run(task, tau, ctx.preset, ctx.seed,
+                                                   str(kp_file) if kp_file else None)
+    if "error" in fsbm or "error" in base:
       # A diverged run is a result, not a crash of the whole report: record it and go on.
       claims.append(reproduce.Claim(
           claim=f"{task}: FSBM (tau={tau:g}) and tau=0 train to the end (finite losses)",
-          paper="-", ours=f"diverged: {e}", holds=False, data=data))
+          paper="-", ours="diverged: " + "; ".join(r["error"] for r in (fsbm, base)
+                                                    if "error" in r),
+          holds=False, data=data))
       continue
-    try:
-      gsbm = gsbm_run(task, ctx.preset, ctx.seed, str(kp_file) if kp_file else None)
-    except FloatingPointError as e:
-      gsbm = {"error": str(e)}
     plot(ctx, task, fsbm, base)
     ho_f = held_out_tracking_error(fsbm["paths"], fsbm["held_out_keypoints"])
     ho_b = held_out_tracking_error(base["paths"], base["held_out_keypoints"])
     setting = (f"{config.loop.num_steps} alternations, B {config.batch_size}, "
                f"{config.csoc.num_iters} CondSOC iters, {config.match.steps} M-steps; "
-               f"{seconds:.0f}s for both runs")
+               f"{seconds:.0f}s for the FSBM, tau=0 and GSBM-style runs")
     claims += [
         reproduce.Claim(
             claim=f"{task}: FSBM (tau={tau:g}) collision rate <= 0.10 [{setting}]",
@@ -148,12 +145,13 @@ def opinion_claims(ctx) -> list[reproduce.Claim]:
   from jaxlib_papers.core import metrics  # pylint: disable=g-import-not-at-top
   from jaxlib_papers.fsbm import tasks  # pylint: disable=g-import-not-at-top
   data = "generated"  # no official opinion keypoints exist
-  try:
-    config, fsbm, base, seconds = task_run("opinion", 10.0, ctx.preset, ctx.seed, None)
-  except FloatingPointError as e:
+  config, (fsbm, base), seconds = task_run("opinion", 10.0, ctx.preset, ctx.seed, None)
+  if "error" in fsbm or "error" in base:
     return [reproduce.Claim(
         claim="opinion: FSBM (tau=10) and tau=0 train to the end (finite losses)",
-        paper="-", ours=f"diverged: {e}", holds=False, data=data)]
+        paper="-", ours="diverged: " + "; ".join(r["error"] for r in (fsbm, base)
+                                                  if "error" in r),
+        holds=False, data=data)]
   n = len(fsbm["paths"][-1])
   p0, p1 = tasks.marginals("opinion", int(config.dim))
   rng = np.random.default_rng(ctx.seed + 123)

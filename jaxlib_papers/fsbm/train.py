@@ -112,11 +112,17 @@ def build(config, tau: float | None = None):
     raise ValueError(f"config.task must be one of {tasks.TASKS}, got {config.task!r}")
   fb, held, source = load_task_keypoints(config)
   settings = settings_from_config(config)
+  tasks.state_cost(config)  # checks config.gsbm_obstacle_weight against the task
+  # Tasks with obstacles always carry the (unweighted) obstacle cost, weighted per pair by
+  # the batch's "state_weight" (config.gsbm_obstacle_weight when absent; 0 = FSBM): FSBM,
+  # tau = 0 and the GSBM-style baseline are one compiled program.
+  obstacles = config.task in tasks.OBSTACLE_WEIGHT
   kern = kernel_lib.make_kernel(
       settings, fb, tau=float(config.tau if tau is None else tau),
       base_drift=reference_drift(config),
       collision_fn=tasks.collision_fn(config.task),
-      state_cost=tasks.state_cost(config))
+      state_cost=(lambda x: tasks.obstacle_cost(config.task, x)) if obstacles else None,
+      state_weight=float(config.gsbm_obstacle_weight))
   return kern, make_data(config), fb, held, source
 
 
@@ -171,60 +177,93 @@ def reference_polarisation(config, x0, key) -> list[float]:
   return [opinion.polarisation_index(np.asarray(x)) for x in path[::10]]
 
 
-def with_tau(data, tau: float):
-  """``data`` with each batch's per-pair feedback weight "tau" ([B], all ``tau``)."""
+def with_tau(data, tau: float, obstacle_weight: float | None = None):
+  """``data`` with each batch's per-pair feedback weight "tau" ([B], all ``tau``) and,
+  when given, the GSBM obstacle-cost weight "state_weight" ([B], all ``obstacle_weight``)."""
   def data_tau(step):
     batch = data(step)
-    return {**batch, "tau": np.full(len(batch["x0"]), tau, np.float32)}
+    batch = {**batch, "tau": np.full(len(batch["x0"]), tau, np.float32)}
+    if obstacle_weight is not None:
+      batch["state_weight"] = np.full(len(batch["x0"]), obstacle_weight, np.float32)
+    return batch
   return data_tau
 
 
-def _config_with_tau(config, tau: float):
+def _config_with(config, tau: float, obstacle_weight: float):
   config = config.copy_and_resolve_references()
   with config.unlocked():
     config.tau = float(tau)
+    config.gsbm_obstacle_weight = float(obstacle_weight)
   return config
 
 
 def run(config, workdir: str | pathlib.Path | None = None, *,
-        taus: tuple[float, ...] | None = None, evaluate_model: bool = True,
-        verbose: bool = True) -> list[dict[str, Any]]:
-  """Trains FSBM (alternations through core.train_loop) once per tau, and evaluates.
+        taus: tuple[float, ...] | None = None,
+        obstacle_weights: tuple[float, ...] | None = None, evaluate_model: bool = True,
+        verbose: bool = True, errors: str = "raise") -> list[dict[str, Any]]:
+  """Trains FSBM (alternations through core.train_loop) once per run, and evaluates.
 
-  One kernel serves every tau: tau is data of the batch, so FSBM and its tau = 0
-  baseline share one compiled alternation.
+  One kernel serves every run: tau and the GSBM obstacle-cost weight are data of the
+  batch, so FSBM, its tau = 0 baseline and the GSBM-style baseline (tau = 0, obstacle
+  weight > 0) share one compiled alternation.
 
   Args:
     config: from ``configs.default.get_config`` / ``task_config``.
-    workdir: checkpoints/metrics folder (one subfolder ``tau_<tau>`` per tau), or None
-      to train in memory.
-    taus: feedback weights to train (default: ``(config.tau,)``; 0 = unguided baseline).
+    workdir: checkpoints/metrics folder (one subfolder ``tau_<tau>`` per run, plus
+      ``_obstacle_<weight>`` for a GSBM-style run), or None to train in memory.
+    taus: feedback weight of each run (default: ``(config.tau,)``; 0 = unguided).
+    obstacle_weights: GSBM obstacle-cost weight of each run, same length as ``taus``
+      (default: ``config.gsbm_obstacle_weight`` for every run); > 0 only for tasks with
+      obstacles (``tasks.OBSTACLE_WEIGHT`` has GSBM's values).
     evaluate_model: sample and score each forward model at the end.
     verbose: print the loop's progress lines.
+    errors: "raise" (default), or "record": a run whose loss diverges
+      (``FloatingPointError``) returns ``{"tau", "obstacle_weight", "error"}`` and the
+      next run still trains.
 
   Returns:
-    One dict per tau: tau, history (per-alternation metrics), state, kernel,
-    keypoints_source, feedback/held_out keypoints, and the evaluation metrics.
+    One dict per run: tau, obstacle_weight, history (per-alternation metrics), state,
+    kernel, keypoints_source, feedback/held_out keypoints, and the evaluation metrics.
   """
   taus = (float(config.tau),) if taus is None else tuple(float(t) for t in taus)
   for tau in taus:
     if not (np.isfinite(tau) and tau >= 0):
       raise ValueError(f"taus must be finite and >= 0, got {taus}")
+  if obstacle_weights is None:
+    obstacle_weights = (float(config.gsbm_obstacle_weight),) * len(taus)
+  obstacle_weights = tuple(float(w) for w in obstacle_weights)
+  if len(obstacle_weights) != len(taus):
+    raise ValueError(f"obstacle_weights must have one weight per tau ({len(taus)}), got "
+                     f"{obstacle_weights}")
+  if errors not in ("raise", "record"):
+    raise ValueError(f"errors must be 'raise' or 'record', got {errors!r}")
+  for weight in obstacle_weights:
+    tasks.state_cost(_config_with(config, 0.0, weight))  # >= 0, and a task with obstacles
+  obstacles = config.task in tasks.OBSTACLE_WEIGHT
   kern, data, fb, held, source = build(config)
   outs = []
-  for tau in taus:
-    cfg = _config_with_tau(config, tau)
+  for tau, weight in zip(taus, obstacle_weights):
+    cfg = _config_with(config, tau, weight)
     if not verbose:
       with cfg.unlocked():
         cfg.loop.quiet = True
+    label = f"tau_{tau:g}" + (f"_obstacle_{weight:g}" if weight else "")
     sub = None
     if workdir is not None:
-      sub = pathlib.Path(workdir) / (f"tau_{tau:g}" if len(taus) > 1 else "")
-    result = train_loop.run(kern, with_tau(data, tau), cfg, sub,
-                            name=f"fsbm tau={tau:g}")
-    out: dict[str, Any] = {"tau": tau, "history": result.history, "state": result.state,
-                           "keypoints_source": source, "feedback_keypoints": fb,
-                           "held_out_keypoints": held, "kernel": kern}
+      sub = pathlib.Path(workdir) / (label if len(taus) > 1 else "")
+    name = f"fsbm tau={tau:g}" + (f" obstacle={weight:g}" if weight else "")
+    try:
+      result = train_loop.run(kern, with_tau(data, tau, weight if obstacles else None), cfg,
+                              sub, name=name)
+    except FloatingPointError as e:
+      if errors == "raise":
+        raise
+      outs.append({"tau": tau, "obstacle_weight": weight, "error": str(e)})
+      continue
+    out: dict[str, Any] = {"tau": tau, "obstacle_weight": weight, "history": result.history,
+                           "state": result.state, "keypoints_source": source,
+                           "feedback_keypoints": fb, "held_out_keypoints": held,
+                           "kernel": kern}
     if evaluate_model:
       out.update(evaluate(kern, result.state, cfg))
     outs.append(out)

@@ -181,3 +181,22 @@ def test_state_cost_adds_its_mean_and_obstacle_cost_marks_obstacles():
     v_in, v_out = tasks.obstacle_cost(task, jnp.array([inside, outside]))
     assert bool(tasks.collision(task, np.array(inside))) and v_in > 1.0
     assert not bool(tasks.collision(task, np.array(outside))) and v_out < 1e-3
+
+
+def test_per_pair_state_weight_equals_separate_solves():
+  """The obstacle weight is per-pair data (one program for FSBM, tau = 0 and GSBM-style):
+  pairs with weight 0 solve as with no state cost, pairs with weight w as with w V."""
+  settings, kp, inv_std, x0, x1, mp = _small_problem()
+  key = jax.random.key(2)
+  v = lambda x: tasks.obstacle_cost("vneck", x)
+  weight = jnp.where(jnp.arange(16) < 8, 0.0, 3.0)
+  solve = lambda **kw: jax.jit(lambda a, b, m: kernel.condsoc_solve(
+      a, b, m, key, settings=settings, sign=1.0, tau=0.0, keypoints=kp, inv_std=inv_std,
+      **kw)[0])(x0, x1, mp)
+  mixed = solve(state_cost=v, state_weight=weight)
+  plain = solve()
+  weighted = solve(state_cost=lambda x: 3.0 * v(x))
+  for m, p, w in zip(jax.tree.leaves(mixed), jax.tree.leaves(plain), jax.tree.leaves(weighted)):
+    np.testing.assert_allclose(m[:8], p[:8], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(m[8:], w[8:], rtol=1e-5, atol=1e-6)
+    assert not np.allclose(p[8:], w[8:])  # the obstacle cost moved the weighted pairs
