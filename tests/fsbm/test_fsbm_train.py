@@ -40,3 +40,15 @@ def test_smoke_feedback_lowers_collision_rate():
     assert np.isfinite(res["w2"]) and len(res["history"]) == config.loop.num_steps
   assert fsbm["collision_rate"] < base["collision_rate"] - 0.2, (
       fsbm["collision_rate"], base["collision_rate"])
+
+
+def test_run_rejects_bad_obstacle_weights_and_error_mode():
+  config = default.task_config("stunnel", "smoke")
+  with pytest.raises(ValueError, match="one weight per tau"):
+    train.run(config, taus=(1.0, 0.0), obstacle_weights=(0.0,))
+  with pytest.raises(ValueError, match="gsbm_obstacle_weight must be >= 0"):
+    train.run(config, taus=(0.0,), obstacle_weights=(-1.0,))
+  with pytest.raises(ValueError, match="needs a task with obstacles"):
+    train.run(default.task_config("opinion", "smoke"), taus=(0.0,), obstacle_weights=(5.0,))
+  with pytest.raises(ValueError, match="errors must be"):
+    train.run(config, errors="ignore")
