@@ -200,7 +200,8 @@ def _config_with(config, tau: float, obstacle_weight: float):
 def run(config, workdir: str | pathlib.Path | None = None, *,
         taus: tuple[float, ...] | None = None,
         obstacle_weights: tuple[float, ...] | None = None, evaluate_model: bool = True,
-        verbose: bool = True, errors: str = "raise") -> list[dict[str, Any]]:
+        verbose: bool = True, errors: str = "raise",
+        mesh: jax.sharding.Mesh | None = None) -> list[dict[str, Any]]:
   """Trains FSBM (alternations through core.train_loop) once per run, and evaluates.
 
   One kernel serves every run: tau and the GSBM obstacle-cost weight are data of the
@@ -220,6 +221,7 @@ def run(config, workdir: str | pathlib.Path | None = None, *,
     errors: "raise" (default), or "record": a run whose loss diverges
       (``FloatingPointError``) returns ``{"tau", "obstacle_weight", "error"}`` and the
       next run still trains.
+    mesh: the alternations' mesh (default: ``core.train_loop``'s, over all devices).
 
   Returns:
     One dict per run: tau, obstacle_weight, history (per-alternation metrics), state,
@@ -254,7 +256,7 @@ def run(config, workdir: str | pathlib.Path | None = None, *,
     name = f"fsbm tau={tau:g}" + (f" obstacle={weight:g}" if weight else "")
     try:
       result = train_loop.run(kern, with_tau(data, tau, weight if obstacles else None), cfg,
-                              sub, name=name)
+                              sub, mesh=mesh, name=name)
     except FloatingPointError as e:
       if errors == "raise":
         raise

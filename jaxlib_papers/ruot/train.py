@@ -244,13 +244,15 @@ def summarize(rows: list[list[dict[str, float]]]) -> list[dict[str, float]]:
 
 
 def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = None,
-        *, snapshots: data_lib.Snapshots | None = None) -> dict[str, Any]:
+        *, snapshots: data_lib.Snapshots | None = None,
+        mesh: jax.sharding.Mesh | None = None) -> dict[str, Any]:
   """Trains DeepRUOT (stages 1-4) on ``config``'s data and evaluates every time point.
 
   Args:
     config: from ``configs/default.py``.
     workdir: folder for per-stage checkpoints, metrics and ``results.json`` (None: memory).
     snapshots: data to use instead of ``config.data`` (e.g. from a reproduction context).
+    mesh: the stages' mesh (default: ``core.train_loop``'s, over all devices).
 
   Returns:
     A dict with ``params`` ([S]-stacked), ``rows`` (per seed and time), ``summary`` (mean,
@@ -290,7 +292,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
     result = train_loop.run(
         kern, None,
         _stage_config(config, name, math.ceil(settings.total_passes / settings.passes_per_step)),
-        stage_dir(name), name=f"ruot/{name}")
+        stage_dir(name), mesh=mesh, name=f"ruot/{name}")
     state = jax.block_until_ready(result.state)
     timings[name] = time.perf_counter() - start
     histories[name] = result.history
@@ -320,7 +322,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
                               sigma=sigma)
     result = train_loop.run(
         kern, None, _stage_config(config, "stage3", math.ceil(config.stage3.steps / per)),
-        stage_dir("stage3"), name="ruot/stage3")
+        stage_dir("stage3"), mesh=mesh, name="ruot/stage3")
     params = jax.block_until_ready(result.state.params)
     timings["stage3"] = time.perf_counter() - start
     histories["stage3"] = result.history

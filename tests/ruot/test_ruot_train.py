@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxlib_papers.core import distributed
 from jaxlib_papers.core.reproduce import Context
 from jaxlib_papers.ruot import kernel as K
 from jaxlib_papers.ruot import reproduce, train
@@ -18,7 +19,9 @@ def smoke_results():
   config.num_seeds = 2
   config.data.hold_out = 2
   config.stage3.steps, config.stage3.steps_per_call = 20, 20  # exercised, kept short
-  return train.run(config, None)
+  # One device: the stages are batch-free (seeds vmapped in the state), so 8 fake devices
+  # would only run the same replicated program 8 times; sharding is tested on the kernels.
+  return train.run(config, None, mesh=distributed.make_mesh(devices=jax.devices()[:1]))
 
 
 def test_smoke_run_beats_no_growth_on_tmv_and_moves_towards_data(smoke_results):
