@@ -24,9 +24,10 @@ if _OWN_CACHE:  # set by the xdist controller before it starts the workers, who 
 #   no slower (the identifiability and fsbm demos: 75 -> 46 s and 45 -> 42 s cold);
 # - XLA:CPU's classic elemental emitters instead of its newer MLIR fusion emitters:
 #   compile time halves again (identifiability demo 69 -> 34 s, fsbm demo 74 -> 53 s, of
-#   which XLA compilation 51 -> 21 s and 38 -> 23 s), each step runs ~20% slower, which
-#   smoke sizes do not feel. Probed first: a jaxlib that no longer has the flag aborts on
-#   an unknown XLA flag, so it is used only where it is accepted.
+#   which XLA compilation 51 -> 21 s and 38 -> 23 s); compiled steps run 20-65% slower
+#   (the FSBM opinion smoke step 1.6 -> 2.7 s), which smoke sizes barely feel. Probed
+#   first: a jaxlib without the flag aborts on an unknown XLA flag, so it is used only
+#   where it is accepted.
 # Both demos print identical results either way.
 _FAST_COMPILE = "--xla_backend_optimization_level=1"
 _CLASSIC_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
