@@ -37,16 +37,18 @@ def _accepted(flag: str) -> bool:
   import subprocess  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top
   env = {**os.environ, "XLA_FLAGS": flag, "JAX_PLATFORMS": "cpu"}
-  probe = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], env=env,
-                         capture_output=True, timeout=120, check=False)
+  try:
+    probe = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], env=env,
+                           capture_output=True, timeout=120, check=False)
+  except (OSError, subprocess.SubprocessError):
+    return False
   return probe.returncode == 0
 
 
-if _FAST_COMPILE not in os.environ.get("XLA_FLAGS", ""):  # the workers inherit the flags
-  _flags = [_FAST_COMPILE] + ([_CLASSIC_EMITTERS] if _accepted(_CLASSIC_EMITTERS) else [])
-  os.environ["XLA_FLAGS"] = " ".join(
-      [os.environ.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count=8", *_flags]
-  ).strip()
+_flags = os.environ.get("XLA_FLAGS", "").split() + ["--xla_force_host_platform_device_count=8"]
+if _FAST_COMPILE not in _flags:  # the xdist workers inherit the controller's flags
+  _flags += [_FAST_COMPILE] + ([_CLASSIC_EMITTERS] if _accepted(_CLASSIC_EMITTERS) else [])
+os.environ["XLA_FLAGS"] = " ".join(_flags)
 import jaxlib_papers  # noqa: E402,F401  (sets the XLA:CPU scheduler work-around first)
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
