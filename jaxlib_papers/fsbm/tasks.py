@@ -81,15 +81,22 @@ def state_cost(config):
   ``config.gsbm_obstacle_weight`` > 0 turns it on (GSBM: 1500 S-tunnel, 3000
   V-neck, ``OBSTACLE_WEIGHT``); only crowd tasks have obstacles.
   """
-  weight = float(config.gsbm_obstacle_weight)
-  if weight < 0:
-    raise ValueError(f"config.gsbm_obstacle_weight must be >= 0, got {weight}")
+  weight = check_obstacle_weight(config.task, config.gsbm_obstacle_weight)
   if weight == 0:
     return None
-  if config.task not in OBSTACLE_WEIGHT:
-    raise ValueError(f"config.gsbm_obstacle_weight > 0 needs a task with obstacles "
-                     f"{sorted(OBSTACLE_WEIGHT)}, got task {config.task!r}")
   return lambda x: weight * obstacle_cost(config.task, x)
+
+
+def check_obstacle_weight(task: str, weight: float) -> float:
+  """``weight`` as a float if it is a valid GSBM obstacle-cost weight for ``task``
+  (>= 0, and > 0 only for a task with obstacles), else ValueError."""
+  weight = float(weight)
+  if weight < 0:
+    raise ValueError(f"config.gsbm_obstacle_weight must be >= 0, got {weight}")
+  if weight > 0 and task not in OBSTACLE_WEIGHT:
+    raise ValueError(f"config.gsbm_obstacle_weight > 0 needs a task with obstacles "
+                     f"{sorted(OBSTACLE_WEIGHT)}, got task {task!r}")
+  return weight
 
 
 def collision_fn(name: str) -> Callable | None:

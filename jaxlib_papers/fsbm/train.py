@@ -112,7 +112,7 @@ def build(config, tau: float | None = None):
     raise ValueError(f"config.task must be one of {tasks.TASKS}, got {config.task!r}")
   fb, held, source = load_task_keypoints(config)
   settings = settings_from_config(config)
-  tasks.state_cost(config)  # checks config.gsbm_obstacle_weight against the task
+  weight = tasks.check_obstacle_weight(config.task, config.gsbm_obstacle_weight)
   # Tasks with obstacles always carry the (unweighted) obstacle cost, weighted per pair by
   # the batch's "state_weight" (config.gsbm_obstacle_weight when absent; 0 = FSBM): FSBM,
   # tau = 0 and the GSBM-style baseline are one compiled program.
@@ -122,7 +122,7 @@ def build(config, tau: float | None = None):
       base_drift=reference_drift(config),
       collision_fn=tasks.collision_fn(config.task),
       state_cost=(lambda x: tasks.obstacle_cost(config.task, x)) if obstacles else None,
-      state_weight=float(config.gsbm_obstacle_weight))
+      state_weight=weight)
   return kern, make_data(config), fb, held, source
 
 
@@ -241,14 +241,13 @@ def run(config, workdir: str | pathlib.Path | None = None, *,
       raise ValueError(f"taus must be finite and >= 0, got {taus}")
   if obstacle_weights is None:
     obstacle_weights = (float(config.gsbm_obstacle_weight),) * len(taus)
-  obstacle_weights = tuple(float(w) for w in obstacle_weights)
+  obstacle_weights = tuple(tasks.check_obstacle_weight(config.task, w)
+                           for w in obstacle_weights)
   if len(obstacle_weights) != len(taus):
     raise ValueError(f"obstacle_weights must have one weight per tau ({len(taus)}), got "
                      f"{obstacle_weights}")
   if errors not in ("raise", "record"):
     raise ValueError(f"errors must be 'raise' or 'record', got {errors!r}")
-  for weight in obstacle_weights:
-    tasks.state_cost(_config_with(config, 0.0, weight))  # >= 0, and a task with obstacles
   obstacles = config.task in tasks.OBSTACLE_WEIGHT
   kern, data, fb, held, source = build(config)
   sampler = forward_sampler(kern)  # one compiled sampler for every run's evaluation
