@@ -100,6 +100,20 @@ def _run_in_subprocesses(names: list[str], jobs: int, preset: str, data_dir, rep
   return rows, [name for name, (_, crashed) in zip(names, results) if crashed]
 
 
+def check_arguments(only: list[str] | None, jobs: int) -> list[str]:
+  """The checks to run (``only``, or all); a ValueError naming the argument when ``only``
+  names no registered check or ``jobs`` < 0. Cheap: no package is imported."""
+  from jaxlib_papers.core import reproduce  # pylint: disable=g-import-not-at-top
+  known = reproduce.check_names()
+  names = list(only) if only else known
+  unknown = [n for n in names if n not in known]
+  if unknown:
+    raise ValueError(f"unknown check(s) {unknown}: registered are {sorted(known)}")
+  if jobs < 0:
+    raise ValueError(f"--jobs must be >= 0; got {jobs}")
+  return names
+
+
 def run(preset: str = "cpu", only: list[str] | None = None, data_dir=None,
         report_dir="reports/reproduce", seed: int = 0, jobs: int = 1,
         rows_out: str | None = None) -> list[dict]:
@@ -109,13 +123,8 @@ def run(preset: str = "cpu", only: list[str] | None = None, data_dir=None,
   compile-bound and host-bound phases of one check overlap the other's compute).
   """
   from jaxlib_papers.core import reproduce  # pylint: disable=g-import-not-at-top
+  names = check_arguments(only, jobs)
   registry = reproduce.load_all()
-  names = list(only) if only else list(registry)
-  unknown = [n for n in names if n not in registry]
-  if unknown:
-    raise ValueError(f"unknown check(s) {unknown}: registered are {sorted(registry)}")
-  if jobs < 0:
-    raise ValueError(f"--jobs must be >= 0; got {jobs}")
   jobs = jobs or min(2, os.cpu_count() or 1)
   from jaxlib_papers.core import datasets  # pylint: disable=g-import-not-at-top
   data_dir = datasets.local_dir(data_dir)  # --data_dir or $JAXLIB_PAPERS_DATA_DIR, checked
@@ -180,8 +189,9 @@ def _write_report(rows, report_dir: pathlib.Path, preset, data: str) -> None:
 
 def main(argv):
   del argv
-  common.setup()
   try:
+    check_arguments(_ONLY.value, _JOBS.value)  # a typo fails in a second, before set-up
+    common.setup()
     run(_PRESET.value, _ONLY.value, _DATA_DIR.value, _REPORT_DIR.value, _SEED.value,
         _JOBS.value, _ROWS_OUT.value)
   except (RuntimeError, ValueError) as e:
