@@ -1,35 +1,48 @@
 """Test set-up: 8 fake CPU devices (before jax loads) so sharding is tested everywhere.
 
-One persistent XLA compilation cache per test session, shared by the xdist workers and by
-every subprocess a test starts (demos, launchers, the main job): a program compiled by one
-of them (the same smoke-size training in a demo, a launcher and a reproduction check) is
-loaded, not recompiled, by the others. It changes no result (the same HLO gives the same
-executable), only the suite's time; the folder is removed when the session ends. It is
-jax's own variable (``JAX_COMPILATION_CACHE_DIR``), not ``launch.common``'s opt-in
-``--compilation_cache_dir``, because in-process tests and demos never call
-``launch.common.setup``; on CPU the launchers leave jax's setting as they find it.
+Compile settings. The suite is mostly XLA:CPU compile time of small programs; XLA's HLO
+passes and the math are unchanged by any of these, only LLVM's work and the emitters:
+- in this process (the xdist workers: the in-process tests, small shapes, compile-bound):
+  LLVM at -O0. ``tests/ocm``, ``tests/cca`` and ``tests/aerca`` in one process: 171 s at -O1,
+  127 s at -O0;
+- in every subprocess a test starts (demos, launchers, the main job, multi-process workers:
+  smoke-size training, where the compiled steps run long enough to matter): LLVM at -O1
+  (1.6x faster compiles than XLA's default -O2, the smoke runs no slower; -O0 doubled the
+  FSBM smoke check, 58 -> 118 s, by slowing its steps);
+- everywhere: XLA:CPU's classic elemental emitters instead of its newer MLIR fusion
+  emitters: compile time halves again (identifiability demo 69 -> 34 s, fsbm demo 74 -> 53 s)
+  while compiled steps run 20-65% slower, which smoke sizes barely feel. Probed first: a
+  jaxlib without the flag aborts on an unknown XLA flag, so it is used only where accepted.
+XLA reads ``XLA_FLAGS`` once, when this process's backend starts: the -O0 flags are set,
+the backend started, then ``XLA_FLAGS`` holds the -O1 flags that the subprocesses inherit.
+
+One persistent XLA compilation cache per test session (a temporary folder, removed at the
+end), jax's own ``JAX_COMPILATION_CACHE_DIR`` (in-process tests and demos never call
+``launch.common.setup``), in two parts: one shared by the xdist workers, one by every
+subprocess a test starts (a demo, a launcher and a reproduction check that run the same
+smoke-size training load it instead of recompiling: the identifiability check, after its
+demo, loads every program it needs). The two are apart because their programs are compiled
+with different flags (and never match anyway: jax keys a program by the device topology,
+8 fake devices here, 1 in a subprocess). It changes no result, only the suite's time.
 """
 
 import os
 import shutil
 import tempfile
 
-_OWN_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
-if _OWN_CACHE:  # set by the xdist controller before it starts the workers, who inherit it
-  os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="jaxlib_papers_jit_")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads (through jax)
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+# The session's cache folder: made by the xdist controller (or a single-process run) and
+# inherited by the workers; a JAX_COMPILATION_CACHE_DIR of the user's is used as it is.
+_ROOT = os.environ.get("JAXLIB_PAPERS_TEST_JIT_CACHE")
+_OWN_CACHE = _ROOT is not None or "JAX_COMPILATION_CACHE_DIR" not in os.environ
+if _OWN_CACHE and _ROOT is None:
+  _ROOT = os.environ["JAXLIB_PAPERS_TEST_JIT_CACHE"] = tempfile.mkdtemp(
+      prefix="jaxlib_papers_jit_")
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
-# Compile settings of the suite (tests and every subprocess they start), which is mostly XLA
-# compile time of smoke-size programs; XLA's HLO passes and the math are unchanged:
-# - LLVM at -O1 instead of XLA's default -O2: compiles 1.6x faster, the smoke-size runs are
-#   no slower (the identifiability and fsbm demos: 75 -> 46 s and 45 -> 42 s cold);
-# - XLA:CPU's classic elemental emitters instead of its newer MLIR fusion emitters:
-#   compile time halves again (identifiability demo 69 -> 34 s, fsbm demo 74 -> 53 s, of
-#   which XLA compilation 51 -> 21 s and 38 -> 23 s); compiled steps run 20-65% slower
-#   (the FSBM opinion smoke step 1.6 -> 2.7 s), which smoke sizes barely feel. Probed
-#   first: a jaxlib without the flag aborts on an unknown XLA flag, so it is used only
-#   where it is accepted.
-# Both demos print identical results either way.
-_FAST_COMPILE = "--xla_backend_optimization_level=1"
+_DEVICES = "--xla_force_host_platform_device_count=8"
+_OPT_LEVEL = "--xla_backend_optimization_level="
 _CLASSIC_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
 
 
@@ -45,14 +58,21 @@ def _accepted(flag: str) -> bool:
   return probe.returncode == 0
 
 
-_flags = os.environ.get("XLA_FLAGS", "").split() + ["--xla_force_host_platform_device_count=8"]
-if _FAST_COMPILE not in _flags:  # the xdist workers inherit the controller's flags
-  _flags += [_FAST_COMPILE] + ([_CLASSIC_EMITTERS] if _accepted(_CLASSIC_EMITTERS) else [])
-os.environ["XLA_FLAGS"] = " ".join(_flags)
-import jaxlib_papers  # noqa: E402,F401  (sets the XLA:CPU scheduler work-around first)
+# The workers inherit the controller's flags (emitters probed there once).
+_flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+          if not f.startswith((_OPT_LEVEL, _DEVICES.split("=")[0]))]
+if _CLASSIC_EMITTERS not in _flags and _accepted(_CLASSIC_EMITTERS):
+  _flags.append(_CLASSIC_EMITTERS)
+os.environ["XLA_FLAGS"] = " ".join(_flags + [_DEVICES, _OPT_LEVEL + "0"])
+import jax  # noqa: E402
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-os.environ.setdefault("MPLBACKEND", "Agg")
+import jaxlib_papers  # noqa: E402,F401  (adds the XLA:CPU scheduler work-around first)
+
+if _OWN_CACHE:
+  jax.config.update("jax_compilation_cache_dir", os.path.join(_ROOT, "in_process"))
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = os.path.join(_ROOT, "subprocesses")
+jax.devices()  # this process's backend starts at -O0; the subprocesses get -O1
+os.environ["XLA_FLAGS"] = os.environ["XLA_FLAGS"].replace(_OPT_LEVEL + "0", _OPT_LEVEL + "1")
 
 import pathlib  # noqa: E402
 
@@ -91,7 +111,7 @@ def pytest_collection_modifyitems(items):
 def pytest_unconfigure(config):
   del config
   if _OWN_CACHE and "PYTEST_XDIST_WORKER" not in os.environ:
-    shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
+    shutil.rmtree(_ROOT, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -15,9 +15,12 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 def _run(workdir, out, kill=None):
   env = dict(os.environ, PYTHONPATH=str(REPO), JAXLIB_PAPERS_CACHE="none")
-  # The suite's compile settings stay (tests/conftest.py); the worker sets its device count.
-  env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split()
-                              if not f.startswith("--xla_force_host_platform_device_count"))
+  # The suite's compile settings (tests/conftest.py) at the in-process tests' LLVM -O0 (a
+  # tiny kernel: compile-bound); the worker sets its device count.
+  env["XLA_FLAGS"] = " ".join(
+      f.replace("--xla_backend_optimization_level=1", "--xla_backend_optimization_level=0")
+      for f in env.get("XLA_FLAGS", "").split()
+      if not f.startswith("--xla_force_host_platform_device_count"))
   args = [sys.executable, str(WORKER), str(workdir), str(out)] + ([kill] if kill else [])
   return subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
 

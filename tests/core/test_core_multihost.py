@@ -25,9 +25,12 @@ def _free_port() -> int:
 
 def _env():
   env = dict(os.environ)
-  # The suite's compile settings stay (tests/conftest.py); the worker sets its device count.
-  env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split()
-                              if not f.startswith("--xla_force_host_platform_device_count"))
+  # The suite's compile settings (tests/conftest.py) at the in-process tests' LLVM -O0 (a
+  # tiny kernel: compile-bound); the worker sets its device count.
+  env["XLA_FLAGS"] = " ".join(
+      f.replace("--xla_backend_optimization_level=1", "--xla_backend_optimization_level=0")
+      for f in env.get("XLA_FLAGS", "").split()
+      if not f.startswith("--xla_force_host_platform_device_count"))
   env.update({"PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu", "OPENBLAS_NUM_THREADS": "1"})
   return env
 

@@ -131,6 +131,13 @@ def test_zero_strength_mean_field_drift_equals_no_drift():
   assert s_none.field.shape == (0,)
   for k in m_none:
     np.testing.assert_allclose(m_mf[k], m_none[k], rtol=1e-6)
-  for a, b in zip(jax.tree.leaves(s_mf.params), jax.tree.leaves(s_none.params)):
-    # float32: the two programs fuse differently; Adam amplifies 1e-7 differences.
-    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+  # Same networks: each parameter array moved the same way. float32 and two programs that
+  # fuse differently give ~1e-7 differences, which Adam's per-element normalisation
+  # amplifies in elements whose gradient is near zero (one element of 32768 off by 1.4e-5
+  # under LLVM -O0), so the comparison is per array, relative to the training update:
+  # measured <= 4e-5, while a drift of strength 1 instead of 0 gives 0.05-0.3.
+  init = kern_none.init(jax.random.key(0)).params
+  for a, b, a0 in zip(*(jax.tree.leaves(p) for p in (s_mf.params, s_none.params, init))):
+    a, b, a0 = (np.asarray(x, np.float64) for x in (a, b, a0))
+    assert np.linalg.norm(a - b) <= 1e-3 * np.linalg.norm(a - a0), (
+        a.shape, np.linalg.norm(a - b), np.linalg.norm(a - a0))
