@@ -19,10 +19,14 @@ from jaxlib_papers.core.reproduce import Claim, Context, register
 from jaxlib_papers.linear_rl import train
 from jaxlib_papers.linear_rl.configs import default as default_config
 
+_SMOKE = default_config.get_config("smoke")
 _SIZES = {
-    "smoke": dict(deep_sea_sizes=(4,), num_episodes=40, num_seeds=2,
-                  ucb_betas=(3.0,), action_grid=(10, 30), lin_episodes=40,
-                  lqr_episodes=30),
+    # DeepSea as the config's smoke preset runs it (the demo's run: in the tests the main
+    # job, after the demo, loads its compiled programs instead of compiling them again)
+    "smoke": dict(deep_sea_sizes=(_SMOKE.deep_sea.env.size,),
+                  num_episodes=_SMOKE.run.num_episodes, num_seeds=_SMOKE.run.num_seeds,
+                  ucb_betas=tuple(_SMOKE.deep_sea.ucb_betas), action_grid=(10, 30),
+                  lin_episodes=40, lqr_episodes=30),
     "cpu": dict(deep_sea_sizes=(10, 20), num_episodes=1000, num_seeds=10,
                 ucb_betas=(0.3, 1.0, 3.0), action_grid=(10, 1000),
                 lin_episodes=1000, lqr_episodes=200),
