@@ -1,41 +1,336 @@
-r"""OCM speed: one head training step and one K-step sampling run, medians over repeats.
+r"""OCM speed: one head training step and one K=10 sampling pass, ours and the official code.
 
-  OPENBLAS_NUM_THREADS=1 python benchmarks/ocm.py                  # MLP on the 2-D ring
-  python benchmarks/ocm.py --model=unet --batch=128 --repeats=5     # CIFAR-size UNet (GPU)
+  git clone https://github.com/J-zin/OCM_DPM /tmp/OCM_DPM     # the official code (PyTorch)
+  pip install -e .[bench]                                     # a CPU torch (see the README)
+  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 PYTHONPATH=. \
+      python benchmarks/ocm.py --official_dir=/tmp/OCM_DPM --torch_threads=2
 
-The official code (J-zin/OCM_DPM, PyTorch) forms the probe target by double backward:
-grad_x (s_theta(x) . v), a vjp through the network after the forward pass. No timing of it
-is published (the brief has none), and PyTorch is not installed here, so the comparison
-printed is against that *formulation* in JAX (vjp of the score, same network, same jit):
-ours uses one forward-mode jvp (``jax.linearize``). Both are timed on this machine.
+Both sides run in this one process, alternating (ours, official, ours, official, ...) after
+a warm-up, on the same network: the `cpu` preset's residual MLP eps network (2-D ring,
+width 128, 3 blocks, time embedding 64) with its 2 x 128 covariance head, batch 256 for the
+head step and 2000 samples for sampling. The official repository has no vector network (its
+models are CIFAR/ImageNet UNets), so the official *functions* run on a torch twin of our
+network, built here: the same layers and widths, our parameters copied in (the outputs are
+checked to agree), arranged like the official pretrained-backbone class (frozen eps network,
+head on its last features, both outputs concatenated on the channel axis of an
+[B, 2 D, 1, 1] tensor, which is what the official wrapper splits).
+
+* head step, official: one iteration of the official training loop's body, i.e. its
+  ``DTDSDM.update`` on the ``eps_hes`` wrapper (the probe target grad_x (s . v) by autograd
+  through the frozen network, the head's squared loss, Adam, the LR scheduler) followed by
+  its parameter EMA of the whole model. Ours: one jitted ``train_step`` of
+  ``kernel.make_head_kernel`` with the OCM head only, the paper's linear head and squared
+  loss, Adam and the head EMA (the target from one ``jax.linearize``).
+* K=10 sampling, official: ``sample_dtdpm`` with its ``DDPM`` and ``rev_var_type="optimal"``
+  (x0 and covariance clipping as ours: x0 unclipped, Cov[x0 | x_t] clamped to [0, 1]).
+  Ours: the jitted ``diffusion.sample`` with the OCM predictor (one ``lax.scan``).
+
+Each timed sample is ``--inner`` consecutive calls (per-call milliseconds reported); a row
+gives both medians with min-max over ``--repeats`` and the median (min-max) of the per-pair
+ratios official / ours. ``--profile`` adds where the time goes on each side. Without
+``--official_dir`` only ours is timed, and the script says so.
+
+OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE (set on some machines for old OpenBLAS builds) slow
+a current NumPy, which the official side uses for its schedule tables and timestep draws:
+unset them for this command only, as above. One BLAS thread; torch threads as given
+(``--torch_threads``, default 2); XLA:CPU uses its own thread pool.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import os
+import pathlib
 import statistics
+import sys
 import time
 
-import jax
-import jax.numpy as jnp
-import optax
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from jaxlib_papers.ocm import covariance, diffusion, kernel, models
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
+
+from jaxlib_papers.ocm import covariance, data, diffusion, kernel, models  # noqa: E402
+from jaxlib_papers.ocm.configs import default as default_config  # noqa: E402
+
+# ---------------------------------------------------------------------------------- ours
 
 
-def _time(fn, *args, repeats: int) -> float:
-  out = fn(*args)
-  jax.block_until_ready(out)              # compile + warm up
-  times = []
-  for _ in range(repeats):
+class Ours:
+  """Our head kernel, predictor and sampler at the benchmark's size."""
+
+  def __init__(self, args):
+    self.schedule = diffusion.make_schedule("linear", 1000)
+    self.model = models.MLPBackbone(width=args.width, depth=args.depth,
+                                    time_embed_dim=args.time_embed_dim)
+    k_p, k_h, k_s = jax.random.split(jax.random.key(args.seed), 3)
+    mix = data.make_mixture(default_config.get_config("cpu"))  # the 2-D ring
+    args.dim = int(mix.dim)
+    self.head = models.VectorHead(out_dim=args.dim, hidden=(args.head_hidden,) * 2)
+    self.x0 = jnp.asarray(data.sample_mixture_numpy(
+        mix, np.random.default_rng(args.seed), args.batch), jnp.float32)
+    self.backbone = self.model.init(k_p, self.x0[:2], jnp.ones((2,), jnp.int32))
+    self.heads = kernel.make_head_kernel(
+        self.model, self.head, self.schedule, optax.adam(args.lr), self.x0, self.backbone,
+        heads=("ocm",), num_probes=1, ema_decay=args.ema_decay, param="linear", loss="mse")
+    self.state = jax.jit(self.heads.init)(k_h)
     start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
+    self.step = jax.jit(self.heads.train_step).lower(self.state, self.x0).compile()
+    self.step_compile_s = time.perf_counter() - start
+    # The scan of 10 steps per call that core.train_loop runs (heads.steps_per_call).
+    chunk = jnp.repeat(self.x0[:, None], args.steps_per_call, axis=1)
+    self.chunk = chunk
+    start = time.perf_counter()
+    self.chunk_step = jax.jit(self.heads.train_step).lower(self.state, chunk).compile()
+    self.chunk_compile_s = time.perf_counter() - start
+
+    methods = kernel.Methods(self.model, self.backbone, self.head, self.state.params,
+                             max_var=1.0)
+    self.predict = kernel.make_predictor(methods, "ocm", self.schedule)
+    self.timesteps = diffusion.skip_timesteps(args.sample_steps, self.schedule.num_steps)
+    sample = lambda x, k: diffusion.sample(self.predict, self.schedule, self.timesteps, x, k,
+                                           eta=1.0)
+    self.x_T = jax.random.normal(k_s, (args.sample_batch, args.dim))
+    self.sample_key = jax.random.key(args.seed + 1)
+    start = time.perf_counter()
+    self.sample = jax.jit(sample).lower(self.x_T, self.sample_key).compile()
+    self.sample_compile_s = time.perf_counter() - start
+
+  def run_steps(self, n: int) -> None:
+    state = self.state
+    for _ in range(n):
+      state, metrics = self.step(state, self.x0)
+    jax.block_until_ready(metrics["loss"])
+    self.state = state
+
+  def run_chunks(self, n: int) -> None:
+    state = self.state
+    for _ in range(n):
+      state, metrics = self.chunk_step(state, self.chunk)
+    jax.block_until_ready(metrics["loss"])
+    self.state = state
+
+  def run_sample(self, n: int) -> None:
+    for _ in range(n):
+      out = self.sample(self.x_T, self.sample_key)
+    jax.block_until_ready(out)
+
+
+# ------------------------------------------------------------------------------ official
+
+
+def _import_official(official_dir: pathlib.Path):
+  """The official modules, imported from the user's checkout at run time."""
+  if not (official_dir / "core" / "criterions" / "ddpm.py").is_file():
+    raise FileNotFoundError(f"--official_dir: {official_dir}/core/criterions/ddpm.py not "
+                            "found (clone J-zin/OCM_DPM)")
+  sys.path.insert(0, str(official_dir))
+  import torch  # noqa: PLC0415
+  from core import criterions  # noqa: PLC0415
+  from core.diffusion import dtdpm, sample, schedule, wrapper  # noqa: PLC0415
+  from core.utils import managers  # noqa: PLC0415
+  return torch, criterions, dtdpm, sample, schedule, wrapper, managers
+
+
+def _torch_twin(torch, ours: Ours, args):
+  """Our eps network and head as torch modules (our parameters), in the layout of the
+  official pretrained-backbone models: x [B, D, 1, 1], t [B] -> [B, 2 D, 1, 1]."""
+  nn = torch.nn
+
+  def linear(params, bias=True):
+    kernel_ = np.asarray(params["kernel"])
+    layer = nn.Linear(kernel_.shape[0], kernel_.shape[1], bias=bias)
+    with torch.no_grad():
+      layer.weight.copy_(torch.from_numpy(kernel_.T.copy()))
+      if bias:
+        layer.bias.copy_(torch.from_numpy(np.asarray(params["bias"]).copy()))
+    return layer
+
+  p = ours.backbone["params"]
+  dense = [p[f"Dense_{i}"] for i in range(len(p))]  # flax numbers layers in call order
+  silu = nn.functional.silu
+
+  class Backbone(nn.Module):
+    """models.MLPBackbone, layer for layer."""
+
+    def __init__(self):
+      super().__init__()
+      self.temb = nn.ModuleList([linear(dense[0]), linear(dense[1])])
+      self.x_in = linear(dense[2])
+      self.blocks = nn.ModuleList()
+      for b in range(args.depth):
+        i = 3 + 3 * b
+        self.blocks.append(nn.ModuleList([linear(dense[i]), linear(dense[i + 1], bias=False),
+                                          linear(dense[i + 2])]))
+      self.out = linear(dense[3 + 3 * args.depth])
+      half = args.time_embed_dim // 2
+      self.register_buffer("freqs", torch.exp(
+          -np.log(10000.0) * torch.arange(half, dtype=torch.float32) / half))
+
+    def forward(self, x, t):
+      args_ = t.float()[:, None] * self.freqs
+      temb = torch.cat([torch.sin(args_), torch.cos(args_)], dim=-1)
+      temb = self.temb[1](silu(self.temb[0](temb)))
+      h = self.x_in(x) + temb
+      for first, time_in, second in self.blocks:
+        y = first(silu(h)) + time_in(temb)
+        h = h + second(silu(y))
+      features = silu(h)
+      return self.out(features), features
+
+  hp = ours.state.params["ocm"]["params"]
+
+  class Head(nn.Module):
+    """models.VectorHead."""
+
+    def __init__(self):
+      super().__init__()
+      self.layers = nn.ModuleList([linear(hp[f"Dense_{i}"]) for i in range(len(hp))])
+
+    def forward(self, features):
+      h = features
+      for layer in self.layers[:-1]:
+        h = silu(layer(h))
+      return self.layers[-1](h)
+
+  class Twin(nn.Module):
+
+    def __init__(self):
+      super().__init__()
+      self.backbone = Backbone()
+      self.backbone.requires_grad_(False)  # frozen, as in the official pretrained models
+      self.head = Head()
+
+    def forward(self, x, t):
+      b, d = x.shape[:2]
+      eps, features = self.backbone(x.reshape(b, d), t)
+      return torch.cat([eps, self.head(features)], dim=1).reshape(b, 2 * d, 1, 1)
+
+  return Twin()
+
+
+class Official:
+  """The official head-training iteration and sampler on the torch twin."""
+
+  def __init__(self, official_dir: pathlib.Path, ours: Ours, args):
+    (torch, criterions, dtdpm, sample, schedule, wrapper,
+     managers) = _import_official(official_dir)
+    self.torch = torch
+    torch.set_num_threads(args.torch_threads)
+    torch.manual_seed(args.seed)
+    np.random.seed(args.seed)  # the official timestep draws use NumPy's global generator
+    self.model = _torch_twin(torch, ours, args)
+    self.schedule = schedule.NamedSchedule("linear", 1000)
+    self.wrapper = wrapper.DTWrapper(self.model, typ="eps_hes", rescale_timesteps=True,
+                                     shift1=False, N=1000)
+    models_ = managers.ModelsManager(model=self.model)
+    optimizer = torch.optim.Adam(models_.parameters(), lr=args.lr)
+    lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda it: 1.0)
+    self.criterion = criterions.DTDSDM(
+        self.schedule, 1, self.wrapper, models=models_,
+        optimizers=managers.OptimizersManager(all=optimizer),
+        lr_schedulers=managers.LRSchedulersManager(all=lr_scheduler))
+    self.ema_models = managers.ModelsManager(model=copy.deepcopy(self.model))
+    self.ema_rate = args.ema_decay
+    x0 = torch.from_numpy(np.asarray(ours.x0).copy()).reshape(args.batch, args.dim, 1, 1)
+    self.batches = iter(lambda: x0, None)  # the official loop's infinite loader
+    models_.train()
+    self.models = models_
+
+    self.dtdpm = dtdpm.DDPM(self.wrapper, self.schedule, clip_x0=False, clip_cov_x0=True)
+    self.sample_dtdpm = sample.sample_dtdpm
+    self.x_T = torch.from_numpy(np.asarray(ours.x_T).copy()).reshape(
+        args.sample_batch, args.dim, 1, 1)
+    self.sample_steps = args.sample_steps
+
+  def step(self) -> None:
+    """The body of the official ``naive_fit`` loop minus its logging and checkpoints."""
+    self.criterion.update(self.batches)
+    self.ema_models.ema(self.models, rate=self.ema_rate)
+
+  def run_steps(self, n: int) -> None:
+    for _ in range(n):
+      self.step()
+
+  def run_sample(self, n: int) -> None:
+    for _ in range(n):
+      self.sample_dtdpm(self.dtdpm, self.x_T, "optimal", trajectory="linear",
+                        sample_steps=self.sample_steps, clip_sigma_idx=0)
+
+
+def check_same(ours: Ours, official: Official) -> str:
+  """Both sides compute the same functions: schedule, network outputs, one reverse step."""
+  torch = official.torch
+  np.testing.assert_allclose(ours.schedule.abar, official.schedule.cum_alphas, rtol=1e-12,
+                             err_msg="schedules differ")
+  x = ours.x_T[:512]
+  t = 1000
+  tb = jnp.full((x.shape[0],), t)
+  eps, features = ours.model.apply(ours.backbone, x, tb)
+  head = ours.head.apply(ours.state.params["ocm"], features)
+  with torch.no_grad():
+    x_torch = torch.from_numpy(np.asarray(x).copy()).reshape(x.shape[0], -1, 1, 1)
+    eps_o, head_o = official.wrapper(x_torch, t)
+  err_net = max(float(np.max(np.abs(np.asarray(eps) - eps_o.reshape(eps.shape).numpy()))),
+                float(np.max(np.abs(np.asarray(head) - head_o.reshape(head.shape).numpy()))))
+  s = int(ours.timesteps[-2])
+  eps_hat, x0_cov = ours.predict(x, jnp.asarray(t))
+  mean, var = diffusion.reverse_moments(ours.schedule, x, jnp.asarray(t), jnp.asarray(s),
+                                        eps_hat, x0_cov, 1.0)
+  with torch.no_grad():
+    mean_o, var_o = official.dtdpm.predict_xprev_cov_xprev(x_torch, s, t, "optimal")
+  err_step = max(
+      float(np.max(np.abs(np.asarray(mean) - mean_o.reshape(mean.shape).numpy()))),
+      float(np.max(np.abs(np.asarray(var) - np.broadcast_to(
+          var_o.reshape(-1, var.shape[-1]).numpy(), var.shape)))))
+  if err_net > 1e-3 or err_step > 1e-3:
+    raise AssertionError(f"the torch twin differs from ours: network {err_net:.1e}, "
+                         f"reverse step {err_step:.1e}")
+  return (f"same functions: max |ours - official| network outputs {err_net:.1e}, "
+          f"reverse step t={t}->{s} mean/variance {err_step:.1e}")
+
+
+# --------------------------------------------------------------------------------- timing
+
+
+def _seconds(run, inner: int) -> float:
+  start = time.perf_counter()
+  run(inner)
+  return (time.perf_counter() - start) / inner
+
+
+def _fmt(values) -> str:
+  return f"{np.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+
+
+def _ratio(values) -> str:
+  return f"{np.median(values):.1f}x ({min(values):.1f}-{max(values):.1f})"
+
+
+def bench(rows, name, what, compile_s, ours_run, official_run, inner, repeats, warmup):
+  ours_run(warmup)
+  if official_run is not None:
+    official_run(warmup)
+  ours_ms, official_ms = [], []
+  for _ in range(repeats):
+    ours_ms.append(1e3 * _seconds(ours_run, inner))
+    if official_run is not None:
+      official_ms.append(1e3 * _seconds(official_run, inner))
+  ratios = [o / u for o, u in zip(official_ms, ours_ms)]
+  row = (name, what, _fmt(ours_ms), f"{compile_s:.1f}",
+         _fmt(official_ms) if official_ms else "-", _ratio(ratios) if ratios else "-")
+  rows.append(row)
+  print(" | ".join(row), flush=True)
+
+
+# -------------------------------------------------------------------------------- profile
 
 
 def vjp_target(backbone_fn, x_t, sigma_t, probes):
-  """The double-backward formulation: grad_x (s . v) = H v, per probe (for comparison)."""
+  """The official formulation in JAX: grad_x (s . v) by reverse mode, per probe."""
   def one(v):
     def score_dot_v(x):
       eps, _ = backbone_fn(x)
@@ -44,64 +339,145 @@ def vjp_target(backbone_fn, x_t, sigma_t, probes):
   return jnp.square(sigma_t) * jnp.mean(jax.vmap(one)(probes), axis=0)
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--model", choices=("mlp", "unet"), default="mlp")
-  parser.add_argument("--batch", type=int, default=512)
-  parser.add_argument("--width", type=int, default=256)
-  parser.add_argument("--dim", type=int, default=2)
-  parser.add_argument("--base_channels", type=int, default=64)
-  parser.add_argument("--num_probes", type=int, default=1)
-  parser.add_argument("--sample_batch", type=int, default=4096)
-  parser.add_argument("--sample_steps", type=int, default=10)
-  parser.add_argument("--repeats", type=int, default=20)
-  args = parser.parse_args()
+def profile(ours: Ours, official: Official | None, args) -> None:
+  """Where a head step's time goes on each side."""
+  print("\nprofile of one head step", flush=True)
+  reps = 200
 
-  schedule = diffusion.make_schedule("linear", 1000)
-  if args.model == "mlp":
-    model = models.MLPBackbone(width=args.width, depth=3)
-    head = models.VectorHead(out_dim=args.dim, hidden=(128, 128))
-    shape = (args.dim,)
-  else:
-    model = models.UNet(base_channels=args.base_channels, channel_mults=(1, 2, 2, 2))
-    head = models.ImageHead(out_channels=3, hidden=args.base_channels)
-    shape = (32, 32, 3)
-  x0 = jax.random.uniform(jax.random.key(0), (args.batch, *shape), minval=-1, maxval=1)
-  example = x0[:2]
-  params = model.init(jax.random.key(1), example, jnp.ones((2,), jnp.int32))
-  heads = kernel.make_head_kernel(model, head, schedule, optax.adam(1e-4), example, params,
-                                  heads=("ocm",), num_probes=args.num_probes)
-  state = jax.jit(heads.init)(jax.random.key(2))
-  step = jax.jit(heads.train_step)
-  t_step = _time(lambda s: step(s, x0)[1]["loss"], state, repeats=args.repeats)
+  def median_ms(fn, *a):
+    jax.block_until_ready(fn(*a))
+    times = []
+    for _ in range(reps):
+      start = time.perf_counter()
+      jax.block_until_ready(fn(*a))
+      times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
 
-  # The target alone, both formulations.
+  state = ours.state
+  floor = jax.jit(lambda s: s.step + 1)
   t = jax.random.randint(jax.random.key(3), (args.batch,), 1, 1001)
-  x_t = diffusion.q_sample(schedule, x0, t, jax.random.normal(jax.random.key(4), x0.shape))
-  sigma = diffusion.marginal(schedule, t)[1].reshape((-1,) + (1,) * len(shape))
-  probes = covariance.rademacher_probes(jax.random.key(5), args.num_probes, x0.shape)
-  fn = lambda x: model.apply(params, x, t)
+  x_t = diffusion.q_sample(ours.schedule, ours.x0, t,
+                           jax.random.normal(jax.random.key(4), ours.x0.shape))
+  sigma = diffusion.marginal(ours.schedule, t)[1][:, None]
+  probes = covariance.rademacher_probes(jax.random.key(5), 1, ours.x0.shape)
+  fn = lambda x: ours.model.apply(ours.backbone, x, t)
+  forward = jax.jit(lambda x: fn(x)[0])
   jvp = jax.jit(lambda x: covariance.ocm_target(fn, x, sigma, probes)[0])
   vjp = jax.jit(lambda x: vjp_target(fn, x, sigma, probes))
-  # Per probe the two differ (v * J v vs v * J^T v: a trained eps network's Jacobian is not
-  # exactly symmetric); both are unbiased for the same diagonal.
-  t_jvp = _time(jvp, x_t, repeats=args.repeats)
-  t_vjp = _time(vjp, x_t, repeats=args.repeats)
+  flops = ours.step.cost_analysis()
+  flops = flops[0] if isinstance(flops, (list, tuple)) else flops
+  print(f"ours (median of {reps} single calls, ms): dispatch floor (jit of state.step + 1) "
+        f"{median_ms(floor, state):.3f}; eps network forward {median_ms(forward, x_t):.3f}; "
+        f"OCM target by jvp (ours) {median_ms(jvp, x_t):.3f}, by vjp (the official "
+        f"formulation, in JAX) {median_ms(vjp, x_t):.3f}; whole head step "
+        f"{median_ms(lambda s: ours.step(s, ours.x0)[1]['loss'], state):.3f} "
+        f"({(flops or {}).get('flops', float('nan')) / 1e6:.1f} MFLOP by XLA's count)")
+  a = jax.random.normal(jax.random.key(6), (args.batch, args.width))
+  w = jax.random.normal(jax.random.key(7), (args.width, args.width))
+  matmul = jax.jit(jnp.matmul)
+  line = (f"one [{args.batch}, {args.width}] x [{args.width}, {args.width}] matmul, ms: "
+          f"XLA {median_ms(matmul, a, w):.4f}")
+  if official is None:
+    print(line)
+    return
+  torch = official.torch
+  a_t, w_t = torch.from_numpy(np.asarray(a)), torch.from_numpy(np.asarray(w))
+  times = []
+  for _ in range(reps):
+    start = time.perf_counter()
+    torch.mm(a_t, w_t)
+    times.append(time.perf_counter() - start)
+  print(f"{line}, torch {1e3 * statistics.median(times):.4f}")
+  official.run_steps(5)
+  with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    official.run_steps(reps // 4)
+  events = prof.key_averages()
+  total_us = sum(e.self_cpu_time_total for e in events)
+  start = time.perf_counter()
+  official.run_steps(reps // 4)
+  wall_us = 1e6 * (time.perf_counter() - start)
+  calls = sum(e.count for e in events if e.key.startswith("aten::"))
+  print(f"official (torch profiler over {reps // 4} steps): {total_us / (reps // 4) / 1e3:.3f} "
+        f"ms/step of self CPU time inside torch ops ({calls / (reps // 4):.0f} aten calls "
+        f"per step); unprofiled wall {wall_us / (reps // 4) / 1e3:.3f} ms/step")
+  print(events.table(sort_by="self_cpu_time_total", row_limit=12))
 
-  methods = kernel.Methods(model, params, head, state.params, max_var=1.0)
-  predict = kernel.make_predictor(methods, "ocm", schedule)
-  ts = diffusion.skip_timesteps(args.sample_steps, 1000)
-  sample = jax.jit(lambda x, k: diffusion.sample(predict, schedule, ts, x, k))
-  x_T = jax.random.normal(jax.random.key(6), (args.sample_batch, *shape))
-  t_sample = _time(sample, x_T, jax.random.key(7), repeats=max(3, args.repeats // 4))
 
-  print(f"device: {jax.devices()[0].device_kind} x{len(jax.devices())}; model {args.model}, "
-        f"batch {args.batch}, probes {args.num_probes}")
-  print(f"OCM head train step (jit):        {1e3 * t_step:9.2f} ms (median of {args.repeats})")
-  print(f"OCM target, jvp (ours):           {1e3 * t_jvp:9.2f} ms")
-  print(f"OCM target, vjp (official form):  {1e3 * t_vjp:9.2f} ms  -> ours {t_vjp / t_jvp:.2f}x")
-  print(f"sampling K={args.sample_steps}, {args.sample_batch} samples: {1e3 * t_sample:9.2f} ms")
-  print("official PyTorch figure: none published (brief lists none); see the module doc.")
+# ----------------------------------------------------------------------------------- main
+
+
+def main():
+  config = default_config.get_config("cpu")
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--official_dir", default=None,
+                      help="a checkout of github.com/J-zin/OCM_DPM (optional; needs torch)")
+  parser.add_argument("--torch_threads", type=int, default=2)
+  parser.add_argument("--batch", type=int, default=int(config.heads.batch_size))
+  parser.add_argument("--width", type=int, default=int(config.model.width))
+  parser.add_argument("--depth", type=int, default=int(config.model.depth))
+  parser.add_argument("--time_embed_dim", type=int, default=int(config.model.time_embed_dim))
+  parser.add_argument("--head_hidden", type=int, default=int(config.model.head_hidden))
+  parser.add_argument("--lr", type=float, default=float(config.heads.lr))
+  parser.add_argument("--ema_decay", type=float, default=float(config.heads.ema_decay))
+  parser.add_argument("--steps_per_call", type=int, default=int(config.heads.steps_per_call))
+  parser.add_argument("--sample_batch", type=int, default=int(config.eval.num_samples))
+  parser.add_argument("--sample_steps", type=int, default=10)
+  parser.add_argument("--repeats", type=int, default=15, help="alternating pairs per row")
+  parser.add_argument("--inner", type=int, default=20,
+                      help="head steps per timed sample (sampling: a quarter of it)")
+  parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--profile", action="store_true")
+  args = parser.parse_args()
+  if int(config.model.head_depth) != 2:
+    raise ValueError("the benchmark builds a 2-layer head")
+  if os.environ.get("OPENBLAS_CORETYPE") or os.environ.get("OPENBLAS_L2_SIZE"):
+    print("note: OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are set; they slow the official "
+          "side's NumPy (unset them for this command)", flush=True)
+
+  ours = Ours(args)
+  official = None
+  if args.official_dir:
+    official = Official(pathlib.Path(args.official_dir), ours, args)
+    print(check_same(ours, official), flush=True)
+    torch = official.torch
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} torch threads; ", end="")
+  else:
+    print("no --official_dir: timing ours only (no official column, no ratio); ", end="")
+  print(f"jax {jax.__version__} {jax.default_backend()}, OPENBLAS_NUM_THREADS="
+        f"{os.environ.get('OPENBLAS_NUM_THREADS')}, {os.cpu_count()} CPUs, load "
+        f"{os.getloadavg()[0]:.1f}", flush=True)
+
+  size = (f"MLP {args.width} x {args.depth}, head 2 x {args.head_hidden}, "
+          f"D={args.dim}")
+  rows = []
+  bench(rows, "head step", f"{size}, batch {args.batch}, 1 probe", ours.step_compile_s,
+        ours.run_steps, official.run_steps if official else None, args.inner, args.repeats,
+        warmup=args.inner)
+  # Reported per optimizer step: one of our calls runs steps_per_call of them.
+  inner_chunks = max(1, args.inner // args.steps_per_call)
+  bench(rows, f"head step, {args.steps_per_call} per call (ours: train_loop's lax.scan)",
+        f"{size}, batch {args.batch}, 1 probe", ours.chunk_compile_s,
+        _per(ours.run_chunks, args.steps_per_call),
+        official.run_steps if official else None, inner_chunks * args.steps_per_call,
+        args.repeats, warmup=inner_chunks * args.steps_per_call)
+  inner_sample = max(1, args.inner // 4)
+  bench(rows, f"sampling K={args.sample_steps}", f"{size}, {args.sample_batch} samples, "
+        "OCM covariance, DDPM", ours.sample_compile_s, ours.run_sample,
+        official.run_sample if official else None, inner_sample, args.repeats,
+        warmup=inner_sample)
+
+  print("\n| hot path | size | ours ms, median (min-max) | ours compile s | official ms, "
+        "median (min-max) | official / ours, median (min-max) |")
+  print("|---|---|---|---|---|---|")
+  for row in rows:
+    print("| " + " | ".join(row) + " |")
+  if args.profile:
+    profile(ours, official, args)
+
+
+def _per(run_chunks, steps_per_call):
+  """``run(n)`` for n optimizer steps from a runner of n / steps_per_call chunk calls."""
+  return lambda n: run_chunks(max(1, n // steps_per_call))
 
 
 if __name__ == "__main__":
