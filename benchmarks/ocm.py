@@ -158,7 +158,8 @@ def _torch_twin(torch, ours: Ours, args):
 
     def __init__(self):
       super().__init__()
-      self.temb = nn.ModuleList([linear(dense[0]), linear(dense[1])])
+      # Dense(W)(silu(Dense(W)(temb))): flax numbers the outer layer first.
+      self.temb = nn.ModuleList([linear(dense[1]), linear(dense[0])])
       self.x_in = linear(dense[2])
       self.blocks = nn.ModuleList()
       for b in range(args.depth):
@@ -223,7 +224,8 @@ class Official:
     torch.manual_seed(args.seed)
     np.random.seed(args.seed)  # the official timestep draws use NumPy's global generator
     self.model = _torch_twin(torch, ours, args)
-    self.schedule = schedule.NamedSchedule("linear", 1000)
+    with np.errstate(divide="ignore"):  # its SNR table divides by cum_betas[0] = 0
+      self.schedule = schedule.NamedSchedule("linear", 1000)
     self.wrapper = wrapper.DTWrapper(self.model, typ="eps_hes", rescale_timesteps=True,
                                      shift1=False, N=1000)
     models_ = managers.ModelsManager(model=self.model)
@@ -372,22 +374,52 @@ def profile(ours: Ours, official: Official | None, args) -> None:
         f"formulation, in JAX) {median_ms(vjp, x_t):.3f}; whole head step "
         f"{median_ms(lambda s: ours.step(s, ours.x0)[1]['loss'], state):.3f} "
         f"({(flops or {}).get('flops', float('nan')) / 1e6:.1f} MFLOP by XLA's count)")
-  a = jax.random.normal(jax.random.key(6), (args.batch, args.width))
-  w = jax.random.normal(jax.random.key(7), (args.width, args.width))
-  matmul = jax.jit(jnp.matmul)
-  line = (f"one [{args.batch}, {args.width}] x [{args.width}, {args.width}] matmul, ms: "
-          f"XLA {median_ms(matmul, a, w):.4f}")
+  # The network's two kinds of work, 10 in a row as in a forward pass (one dispatch in
+  # XLA, 10 op calls in torch): the [rows, W] x [W, W] matmuls and the SiLUs.
+  def chain_mm(a, w):
+    for _ in range(10):
+      a = a @ w
+    return a
+
+  def chain_silu(a):
+    for _ in range(10):
+      a = jax.nn.silu(a)
+    return a
+
+  def chain_silu_tanh(a):  # the same function through tanh (a diagnostic, not used above)
+    for _ in range(10):
+      a = a * (0.5 + 0.5 * jnp.tanh(0.5 * a))
+    return a
+
+  for rows in (args.batch, args.sample_batch):
+    a = 0.1 * jax.random.normal(jax.random.key(6), (rows, args.width))
+    w = jax.random.normal(jax.random.key(7), (args.width, args.width)) / np.sqrt(args.width)
+    line = (f"10 chained [{rows}, {args.width}] x [{args.width}, {args.width}] matmuls / "
+            f"SiLUs on [{rows}, {args.width}], ms: XLA {median_ms(jax.jit(chain_mm), a, w):.3f}"
+            f" / {median_ms(jax.jit(chain_silu), a):.3f} (SiLU as x (1 + tanh(x / 2)) / 2: "
+            f"{median_ms(jax.jit(chain_silu_tanh), a):.3f})")
+    if official is not None:
+      torch = official.torch
+      a_t, w_t = (torch.from_numpy(np.array(v)) for v in (a, w))
+      mm_t, silu_t = [], []
+      with torch.no_grad():
+        for _ in range(reps):
+          start = time.perf_counter()
+          b_t = a_t
+          for _ in range(10):
+            b_t = b_t @ w_t
+          mm_t.append(time.perf_counter() - start)
+          start = time.perf_counter()
+          b_t = a_t
+          for _ in range(10):
+            b_t = torch.nn.functional.silu(b_t)
+          silu_t.append(time.perf_counter() - start)
+      line += (f"; torch {1e3 * statistics.median(mm_t):.3f} / "
+               f"{1e3 * statistics.median(silu_t):.3f}")
+    print(line, flush=True)
   if official is None:
-    print(line)
     return
   torch = official.torch
-  a_t, w_t = torch.from_numpy(np.asarray(a)), torch.from_numpy(np.asarray(w))
-  times = []
-  for _ in range(reps):
-    start = time.perf_counter()
-    torch.mm(a_t, w_t)
-    times.append(time.perf_counter() - start)
-  print(f"{line}, torch {1e3 * statistics.median(times):.4f}")
   official.run_steps(5)
   with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
     official.run_steps(reps // 4)
@@ -397,9 +429,10 @@ def profile(ours: Ours, official: Official | None, args) -> None:
   official.run_steps(reps // 4)
   wall_us = 1e6 * (time.perf_counter() - start)
   calls = sum(e.count for e in events if e.key.startswith("aten::"))
-  print(f"official (torch profiler over {reps // 4} steps): {total_us / (reps // 4) / 1e3:.3f} "
-        f"ms/step of self CPU time inside torch ops ({calls / (reps // 4):.0f} aten calls "
-        f"per step); unprofiled wall {wall_us / (reps // 4) / 1e3:.3f} ms/step")
+  n = reps // 4
+  print(f"official (torch profiler over {n} steps): {total_us / n / 1e3:.3f} ms/step of self "
+        f"CPU time inside torch ops ({calls / n:.0f} aten op calls per step, nested ones "
+        f"included); unprofiled wall {wall_us / n / 1e3:.3f} ms/step")
   print(events.table(sort_by="self_cpu_time_total", row_limit=12))
 
 
