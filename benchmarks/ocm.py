@@ -17,7 +17,8 @@ head on its last features, both outputs concatenated on the channel axis of an
 
 * head step, official: one iteration of the official training loop's body, i.e. its
   ``DTDSDM.update`` on the ``eps_hes`` wrapper (the probe target grad_x (s . v) by autograd
-  through the frozen network, the head's squared loss, Adam, the LR scheduler) followed by
+  through the frozen network, the head's squared loss, Adam, a constant LR scheduler as
+  its default without warm-up) followed by
   its parameter EMA of the whole model. Ours: one jitted ``train_step`` of
   ``kernel.make_head_kernel`` with the OCM head only, the paper's linear head and squared
   loss, Adam and the head EMA (the target from one ``jax.linearize``).
