@@ -54,6 +54,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
+from jaxlib_papers.core import timing  # noqa: E402
 from jaxlib_papers.ocm import covariance, data, diffusion, kernel, models  # noqa: E402
 from jaxlib_papers.ocm.configs import default as default_config  # noqa: E402
 
@@ -78,15 +79,13 @@ class Ours:
         self.model, self.head, self.schedule, optax.adam(args.lr), self.x0, self.backbone,
         heads=("ocm",), num_probes=1, ema_decay=args.ema_decay, param="linear", loss="mse")
     self.state = jax.jit(self.heads.init)(k_h)
-    start = time.perf_counter()
-    self.step = jax.jit(self.heads.train_step).lower(self.state, self.x0).compile()
-    self.step_compile_s = time.perf_counter() - start
+    self.step, self.step_compile_s, *_ = timing.compile_and_time(
+        self.heads.train_step, self.state, self.x0, repeats=0)
     # The scan of 10 steps per call that core.train_loop runs (heads.steps_per_call).
     chunk = jnp.repeat(self.x0[:, None], args.steps_per_call, axis=1)
     self.chunk = chunk
-    start = time.perf_counter()
-    self.chunk_step = jax.jit(self.heads.train_step).lower(self.state, chunk).compile()
-    self.chunk_compile_s = time.perf_counter() - start
+    self.chunk_step, self.chunk_compile_s, *_ = timing.compile_and_time(
+        self.heads.train_step, self.state, chunk, repeats=0)
 
     methods = kernel.Methods(self.model, self.backbone, self.head, self.state.params,
                              max_var=1.0)
@@ -96,23 +95,21 @@ class Ours:
                                            eta=1.0)
     self.x_T = jax.random.normal(k_s, (args.sample_batch, args.dim))
     self.sample_key = jax.random.key(args.seed + 1)
-    start = time.perf_counter()
-    self.sample = jax.jit(sample).lower(self.x_T, self.sample_key).compile()
-    self.sample_compile_s = time.perf_counter() - start
+    self.sample, self.sample_compile_s, *_ = timing.compile_and_time(
+        sample, self.x_T, self.sample_key, repeats=0)
+
+  def _train(self, step, batch, n: int) -> None:
+    state = self.state
+    for _ in range(n):
+      state, metrics = step(state, batch)
+    jax.block_until_ready(metrics["loss"])
+    self.state = state
 
   def run_steps(self, n: int) -> None:
-    state = self.state
-    for _ in range(n):
-      state, metrics = self.step(state, self.x0)
-    jax.block_until_ready(metrics["loss"])
-    self.state = state
+    self._train(self.step, self.x0, n)
 
   def run_chunks(self, n: int) -> None:
-    state = self.state
-    for _ in range(n):
-      state, metrics = self.chunk_step(state, self.chunk)
-    jax.block_until_ready(metrics["loss"])
-    self.state = state
+    self._train(self.chunk_step, self.chunk, n)
 
   def run_sample(self, n: int) -> None:
     for _ in range(n):
@@ -348,13 +345,8 @@ def profile(ours: Ours, official: Official | None, args) -> None:
   reps = 200
 
   def median_ms(fn, *a):
-    jax.block_until_ready(fn(*a))
-    times = []
-    for _ in range(reps):
-      start = time.perf_counter()
-      jax.block_until_ready(fn(*a))
-      times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+    jax.block_until_ready(fn(*a))  # warm-up
+    return 1e3 * statistics.median(timing.time_calls(fn, *a, repeats=reps)[0])
 
   state = ours.state
   floor = jax.jit(lambda s: s.step + 1)
