@@ -10,6 +10,18 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DEMOS = sorted((REPO / "colab").glob("*.py"))
+_OPT_LEVEL = "--xla_backend_optimization_level="
+# The subprocesses compile at LLVM -O1 (tests/conftest.py). These demos keep it: their smoke
+# programs are the ones the offline main-job test's checks compile (the compilation cache is
+# keyed by the flags, so they are served from it), and fsbm's steps run long enough that -O0
+# doubles it. The other demos are compile-bound and take ~20% less at -O0
+# (identifiability 32 -> 24 s, ocm 34 -> 27 s alone).
+_DEMOS_AT_O1 = ("fsbm", "linear_rl", "minimax", "ruot")
+
+
+def _at_o0(env):
+  env["XLA_FLAGS"] = env.get("XLA_FLAGS", "").replace(_OPT_LEVEL + "1", _OPT_LEVEL + "0")
+  return env
 
 
 def _env():
@@ -57,7 +69,8 @@ def test_colab_demo_runs_at_smoke_size_and_notebook_is_paired(demo, tmp_path):
   py_cells = [c.source for c in jupytext.read(demo).cells]
   nb_cells = [c.source for c in jupytext.read(notebook).cells]
   assert py_cells == nb_cells, f"{notebook.name} is out of sync with {demo.name}"
-  out = subprocess.run([sys.executable, str(demo)], cwd=tmp_path, env=_env(),
+  env = _env() if demo.stem in _DEMOS_AT_O1 else _at_o0(_env())
+  out = subprocess.run([sys.executable, str(demo)], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=600)
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
 
