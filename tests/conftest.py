@@ -8,7 +8,8 @@ passes and the math are unchanged by any of these, only LLVM's work and the emit
 - in every subprocess a test starts (demos, launchers, the main job, multi-process workers:
   smoke-size training, where the compiled steps run long enough to matter): LLVM at -O1
   (1.6x faster compiles than XLA's default -O2, the smoke runs no slower; -O0 doubled the
-  FSBM smoke check, 58 -> 118 s, by slowing its steps);
+  FSBM smoke check, 58 -> 118 s, by slowing its steps), except the compile-bound demos and
+  the identifiability check, which set -O0 themselves (``tests/test_launchers_and_demos.py``);
 - everywhere: XLA:CPU's classic elemental emitters instead of its newer MLIR fusion
   emitters: compile time halves again (identifiability demo 69 -> 34 s, fsbm demo 74 -> 53 s)
   while compiled steps run 20-65% slower, which smoke sizes barely feel. Probed first: a
