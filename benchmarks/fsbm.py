@@ -456,13 +456,6 @@ def _seconds(run, inner: int) -> float:
   return time.perf_counter() - start
 
 
-def _fmt(values) -> str:
-  return f"{np.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
-
-
-def _ratio(values) -> str:
-  return f"{np.median(values):.1f}x ({min(values):.1f}-{max(values):.1f})"
-
 
 def bench(rows, name, what, compile_s, ours_run, official_run, *, ours_units: int,
           official_units: int, per: int, repeats: int):
@@ -480,8 +473,9 @@ def bench(rows, name, what, compile_s, ours_run, official_run, *, ours_units: in
       official_ms.append(1e3 * _seconds(official_run, official_units)
                          / (official_units * per[1]))
   ratios = [o / u for o, u in zip(official_ms, ours_ms)]
-  row = (name, what, _fmt(ours_ms), f"{compile_s:.1f}",
-         _fmt(official_ms) if official_ms else "-", _ratio(ratios) if ratios else "-")
+  row = (name, what, timing.spread(ours_ms, 2), f"{compile_s:.1f}",
+         timing.spread(official_ms, 2) if official_ms else "-",
+         timing.spread(ratios, 1, "x") if ratios else "-")
   rows.append(row)
   print(" | ".join(row), flush=True)
 
@@ -639,13 +633,10 @@ def main():
   if modules is not None:
     official = Official(modules, problem, args)
     print(check_same(ours, official, problem), flush=True)
-    torch = official.torch
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} torch threads; ", end="")
   else:
     print("no --official_dir: timing ours only (no official column, no ratio); ", end="")
-  print(f"jax {jax.__version__} {jax.default_backend()}, OPENBLAS_NUM_THREADS="
-        f"{os.environ.get('OPENBLAS_NUM_THREADS')}, {os.cpu_count()} CPUs, load "
-        f"{os.getloadavg()[0]:.1f}; keypoints: {source} ({keypoints.shape[0]})", flush=True)
+  print(f"{timing.machine_line(official.torch if official else None)}; keypoints: {source} "
+        f"({keypoints.shape[0]})", flush=True)
 
   rows = []
   s = sizes

@@ -302,13 +302,6 @@ def _seconds(run, inner: int) -> float:
   return (time.perf_counter() - start) / inner
 
 
-def _fmt(values) -> str:
-  return f"{np.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
-
-
-def _ratio(values) -> str:
-  return f"{np.median(values):.1f}x ({min(values):.1f}-{max(values):.1f})"
-
 
 def bench(rows, name, what, compile_s, ours_run, official_run, inner, repeats, warmup):
   ours_run(warmup)
@@ -320,8 +313,9 @@ def bench(rows, name, what, compile_s, ours_run, official_run, inner, repeats, w
     if official_run is not None:
       official_ms.append(1e3 * _seconds(official_run, inner))
   ratios = [o / u for o, u in zip(official_ms, ours_ms)]
-  row = (name, what, _fmt(ours_ms), f"{compile_s:.1f}",
-         _fmt(official_ms) if official_ms else "-", _ratio(ratios) if ratios else "-")
+  row = (name, what, timing.spread(ours_ms, 3), f"{compile_s:.1f}",
+         timing.spread(official_ms, 3) if official_ms else "-",
+         timing.spread(ratios, 1, "x") if ratios else "-")
   rows.append(row)
   print(" | ".join(row), flush=True)
 
@@ -478,13 +472,9 @@ def main():
   if args.official_dir:
     official = Official(pathlib.Path(args.official_dir), ours, args)
     print(check_same(ours, official), flush=True)
-    torch = official.torch
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} torch threads; ", end="")
   else:
     print("no --official_dir: timing ours only (no official column, no ratio); ", end="")
-  print(f"jax {jax.__version__} {jax.default_backend()}, OPENBLAS_NUM_THREADS="
-        f"{os.environ.get('OPENBLAS_NUM_THREADS')}, {os.cpu_count()} CPUs, load "
-        f"{os.getloadavg()[0]:.1f}", flush=True)
+  print(timing.machine_line(official.torch if official else None), flush=True)
 
   size = (f"MLP {args.width} x {args.depth}, head 2 x {args.head_hidden}, "
           f"D={args.dim}")

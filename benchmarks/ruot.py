@@ -276,13 +276,6 @@ def _seconds(run, calls: int, per: int) -> float:
   return (time.perf_counter() - start) / (calls * per)
 
 
-def _fmt(values) -> str:
-  return f"{np.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
-
-
-def _ratio(values) -> str:
-  return f"{np.median(values):.2f}x ({min(values):.2f}-{max(values):.2f})"
-
 
 def bench_stage(stage: str, ours: Ours, official: Official | None, args) -> dict:
   """Alternating rounds (ours 1 seed, official, ours N seeds, ...); seconds per pass."""
@@ -311,15 +304,16 @@ def report(all_seconds: dict, ours: Ours, official: Official | None) -> None:
     base = seconds["ours x1"]
     for name, values in seconds.items():
       if name == "official":
-        print(f"| {stage} | official, 1 seed | {_fmt(values)} | - | - | - |")
+        print(f"| {stage} | official, 1 seed | {timing.spread(values, 3)} | - | - | - |")
         continue
       n = int(name.split("x")[1])
       ratio = "-"
       if "official" in seconds:
-        ratio = _ratio([n * o / u for o, u in zip(seconds["official"], values)])
-      scale = _ratio([u / b for u, b in zip(values, base)]) if n > 1 else "-"
+        ratio = timing.spread([n * o / u for o, u in zip(seconds["official"], values)], 2, "x")
+      scale = timing.spread([u / b for u, b in zip(values, base)], 2, "x") if n > 1 else "-"
       side = "ours, 1 seed" if n == 1 else f"ours, {n} seeds vmapped"
-      print(f"| {stage} | {side} | {_fmt(values)} | {ours.compile_s[stage, n]:.1f} | "
+      print(f"| {stage} | {side} | {timing.spread(values, 3)} | "
+            f"{ours.compile_s[stage, n]:.1f} | "
             f"{ratio} | {scale} |")
   last = {f"{k[0]} x{k[1]}": f"{v:.4g}" for k, v in ours.last_loss.items()}
   if official is not None:
@@ -507,14 +501,11 @@ def main():
       print(f"official side skipped, its imports failed: {e}", flush=True)
   if official is not None:
     print(check_same(ours, official), flush=True)
-    torch = official.torch
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} torch threads; ", end="")
   else:
     print("no official side (no --official_dir, or its imports failed): timing ours only, "
           "no official column, no ratio; ", end="")
-  print(f"jax {jax.__version__} {jax.default_backend()}, OPENBLAS_NUM_THREADS="
-        f"{os.environ.get('OPENBLAS_NUM_THREADS')}, {os.cpu_count()} CPUs, load "
-        f"{os.getloadavg()[0]:.1f}; {args.passes_per_call} pass(es) per call, "
+  print(f"{timing.machine_line(official.torch if official else None)}; "
+        f"{args.passes_per_call} pass(es) per call, "
         f"{args.repeats} rounds", flush=True)
   all_seconds = {}
   for stage in args.stages:

@@ -2,11 +2,13 @@
 
 Compilation dominates small CPU runs, so every reported time keeps the two apart:
 :func:`compile_and_time` lowers and compiles once, then times ``repeats`` calls of the
-compiled program (each waited for with ``block_until_ready``).
+compiled program (each waited for with ``block_until_ready``). The side-by-side benchmarks
+report every figure as :func:`spread` and say where it ran with :func:`machine_line`.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -62,3 +64,24 @@ def compile_and_time(fn: Callable[..., Any], *args: Any, repeats: int = 1) -> Ti
     return Timing(compiled, compile_seconds, [], None)
   seconds, output = time_calls(compiled, *args, repeats=repeats)
   return Timing(compiled, compile_seconds, seconds, output)
+
+
+def spread(values: list[float], digits: int = 2, suffix: str = "") -> str:
+  """``"median (min-max)"`` of ``values`` with ``digits`` decimals, ``suffix`` after the
+  median (e.g. ``"x"`` for a ratio): how every side-by-side figure is printed."""
+  if not values:
+    raise ValueError("spread needs at least one value")
+  f = f".{int(digits)}f"
+  return (f"{statistics.median(values):{f}}{suffix} "
+          f"({min(values):{f}}-{max(values):{f}})")
+
+
+def machine_line(torch: Any = None) -> str:
+  """Where a benchmark ran: jax version and backend, BLAS threads, CPUs, 1-minute load
+  (and the torch version and its thread count when ``torch`` is the imported module)."""
+  line = (f"jax {jax.__version__} {jax.default_backend()}, OPENBLAS_NUM_THREADS="
+          f"{os.environ.get('OPENBLAS_NUM_THREADS')}, {os.cpu_count()} CPUs, load "
+          f"{os.getloadavg()[0]:.1f}")
+  if torch is not None:
+    line = f"torch {torch.__version__}, {torch.get_num_threads()} torch threads; " + line
+  return line

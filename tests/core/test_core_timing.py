@@ -1,5 +1,7 @@
 """core.timing: compile once, then time the compiled program; outputs are the program's."""
 
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,3 +21,14 @@ def test_compile_and_time_returns_the_programs_output_and_one_time_per_call():
   assert only_compiled.run_seconds == [] and only_compiled.output is None
   with pytest.raises(ValueError, match="repeats"):
     timing.time_calls(only_compiled.compiled, x, repeats=0)
+
+
+def test_spread_and_machine_line():
+  assert timing.spread([3.0, 1.0, 2.0]) == "2.00 (1.00-3.00)"
+  assert timing.spread([4.0, 1.0], 1, "x") == "2.5x (1.0-4.0)"  # median of an even count
+  with pytest.raises(ValueError, match="at least one"):
+    timing.spread([])
+  line = timing.machine_line()
+  assert line.startswith(f"jax {jax.__version__} cpu,") and "load" in line
+  fake_torch = types.SimpleNamespace(__version__="9.9", get_num_threads=lambda: 3)
+  assert timing.machine_line(fake_torch).startswith("torch 9.9, 3 torch threads; jax ")
