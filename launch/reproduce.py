@@ -13,7 +13,8 @@ to generated data; the table's data column says which was used ("shared: <file>"
 "fetched: <file>", "generated (offline: <file>)" or "generated").
 Exits 0 even when a claim does not hold (that is a result); exits 1 when a check crashes.
 ``--jobs`` (default: 2 on a machine with 2 or more CPUs) runs that many checks at once, each
-in its own process, their output lines prefixed with the check's name.
+in its own process on its own share of the CPUs, their output lines prefixed with the
+check's name.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import concurrent.futures
 import json
 import os
 import pathlib
+import queue
 import subprocess
 import sys
 import time
@@ -43,6 +45,9 @@ _ROWS_OUT = flags.DEFINE_string(
 _JOBS = flags.DEFINE_integer(
     "jobs", 0, "Checks run at once, each in its own process (0: min(2, number of CPUs); 1: "
     "all in this process, one after the other).")
+_CPUS = flags.DEFINE_list(
+    "cpus", [], "Internal (--jobs): the CPU numbers this check's process may run on (its "
+    "share of the parent's; XLA's and OpenBLAS's thread pools size themselves to it).")
 
 
 def data_summary(data_dir: pathlib.Path | None) -> str:
@@ -60,8 +65,8 @@ def _cell(text: str) -> str:
 
 
 def launch_order(names: list[str]) -> list[str]:
-  """Longest check first (each check's measured ``cpu_seconds``; checks without one last,
-  in the given order), so that the parallel processes stay busy to the end."""
+  """Longest unit first (each check's or part's measured ``cpu_seconds``; units without one
+  last, in the given order), so that the parallel processes stay busy to the end."""
   from jaxlib_papers.core import reproduce  # pylint: disable=g-import-not-at-top
   return sorted(names, key=lambda n: -reproduce.CPU_SECONDS.get(n, -1.0))
 
@@ -69,14 +74,29 @@ def launch_order(names: list[str]) -> list[str]:
 def _run_in_subprocesses(names: list[str], jobs: int, preset: str, data_dir, report_dir,
                          seed: int) -> tuple[list[dict], list[str]]:
   """Each check in its own ``launch.reproduce --only=<check> --jobs=1`` process, ``jobs``
-  at a time; their output lines are forwarded with the check's name; rows come back
-  through ``report_dir/<check>/rows.json``; plots land where a serial run puts them."""
+  at a time, each on its own share of the CPUs (``core.affinity``: two unpinned jax
+  processes on 2 cores spin against each other, 2.4x slower); their output lines
+  are forwarded with the check's name; rows come back through
+  ``report_dir/<check>/rows.json``; plots land where a serial run puts them."""
+  from jaxlib_papers.core import affinity  # pylint: disable=g-import-not-at-top
+  free_shares: queue.Queue = queue.Queue()
+  for share in affinity.shares(affinity.available(), min(jobs, len(names))):
+    free_shares.put(share)
+
   def one(name: str) -> tuple[list[dict], bool]:
-    rows_out = report_dir / name / "rows.json"
+    share = free_shares.get()  # a worker thread holds one share while its check runs
+    try:
+      return run_one(name, share)
+    finally:
+      free_shares.put(share)
+
+  def run_one(name: str, share: list[int]) -> tuple[list[dict], bool]:
+    check, _, part = name.partition("/")
+    rows_out = report_dir / check / (f"rows_{part}.json" if part else "rows.json")
     rows_out.unlink(missing_ok=True)
     args = [sys.executable, "-m", "launch.reproduce", f"--only={name}", f"--preset={preset}",
             f"--seed={seed}", "--jobs=1", f"--report_dir={report_dir}",
-            f"--rows_out={rows_out}"]
+            f"--rows_out={rows_out}", f"--cpus={','.join(map(str, share))}"]
     if data_dir is not None:
       args.append(f"--data_dir={data_dir}")
     start = time.perf_counter()
@@ -88,7 +108,7 @@ def _run_in_subprocesses(names: list[str], jobs: int, preset: str, data_dir, rep
       rows = json.loads(rows_out.read_text())
       rows_out.unlink()
       return rows, proc.returncode != 0
-    return [{"check": name, "claim": f"check process exited with {proc.returncode} (see log)",
+    return [{"check": check, "claim": f"{name}: process exited with {proc.returncode} (see log)",
              "paper": "-", "ours": "-", "holds": False, "data": "-",
              "seconds": time.perf_counter() - start}], True
 
@@ -101,12 +121,13 @@ def _run_in_subprocesses(names: list[str], jobs: int, preset: str, data_dir, rep
 
 
 def check_arguments(only: list[str] | None, jobs: int) -> list[str]:
-  """The checks to run (``only``, or all); a ValueError naming the argument when ``only``
-  names no registered check or ``jobs`` < 0. Cheap: no package is imported."""
+  """The checks to run (``only``, or all; "<check>/<part>" names one part of a check); a
+  ValueError naming the argument when ``only`` names no registered check or ``jobs`` < 0.
+  Cheap: no package is imported (a part's name is checked once its package is)."""
   from jaxlib_papers.core import reproduce  # pylint: disable=g-import-not-at-top
   known = reproduce.check_names()
   names = list(only) if only else known
-  unknown = [n for n in names if n not in known]
+  unknown = [n for n in names if n.partition("/")[0] not in known]
   if unknown:
     raise ValueError(f"unknown check(s) {unknown}: registered are {sorted(known)}")
   if jobs < 0:
@@ -119,12 +140,17 @@ def run(preset: str = "cpu", only: list[str] | None = None, data_dir=None,
         rows_out: str | None = None) -> list[dict]:
   """Runs the checks; returns one row per claim (also written to the report).
 
-  ``jobs > 1`` runs that many checks at once, each in its own process (on two cores the
-  compile-bound and host-bound phases of one check overlap the other's compute).
+  ``jobs > 1`` runs that many checks (or parts of checks) at once, each in its own process
+  pinned to its own share of the CPUs (``core.affinity``).
   """
   from jaxlib_papers.core import reproduce  # pylint: disable=g-import-not-at-top
   names = check_arguments(only, jobs)
   registry = reproduce.load_all()
+  for name in names:
+    check, _, part = name.partition("/")
+    if part and part not in reproduce.PARTS.get(check, ()):
+      raise ValueError(f"--only={name}: check {check!r} has parts "
+                       f"{list(reproduce.PARTS.get(check, ()))}, not {part!r}")
   jobs = jobs or min(2, os.cpu_count() or 1)
   from jaxlib_papers.core import datasets  # pylint: disable=g-import-not-at-top
   data_dir = datasets.local_dir(data_dir)  # --data_dir or $JAXLIB_PAPERS_DATA_DIR, checked
@@ -132,26 +158,28 @@ def run(preset: str = "cpu", only: list[str] | None = None, data_dir=None,
   rows, failed = [], []
   print(f"[reproduce] preset={preset} checks={names} jobs={min(jobs, len(names))}", flush=True)
   print(f"[reproduce] data: {data_summary(data_dir)}", flush=True)
-  if jobs > 1 and len(names) > 1:
-    rows, failed = _run_in_subprocesses(names, jobs, preset, data_dir, report_dir, seed)
+  if jobs > 1 and len(reproduce.units(names)) > 1:
+    rows, failed = _run_in_subprocesses(reproduce.units(names), jobs, preset, data_dir,
+                                        report_dir, seed)
     names = []
   for name in names:
-    ctx = reproduce.Context(preset=preset, report_dir=report_dir / name,
-                            data_dir=data_dir, seed=seed)
+    check, _, part = name.partition("/")
+    ctx = reproduce.Context(preset=preset, report_dir=report_dir / check,
+                            data_dir=data_dir, seed=seed, part=part or None)
     start = time.perf_counter()
     print(f"[reproduce] running {name} ...", flush=True)
     try:
-      claims = registry[name](ctx)
+      claims = registry[check](ctx)
     except Exception:  # pylint: disable=broad-except
       traceback.print_exc()
       failed.append(name)
-      rows.append({"check": name, "claim": "check crashed (see log)", "paper": "-",
+      rows.append({"check": check, "claim": f"{name} crashed (see log)", "paper": "-",
                    "ours": "-", "holds": False, "data": "-",
                    "seconds": time.perf_counter() - start})
       continue
     seconds = time.perf_counter() - start
     for i, claim in enumerate(claims):
-      row = {"check": name, **claim.__dict__, "seconds": seconds if i == 0 else None}
+      row = {"check": check, **claim.__dict__, "seconds": seconds if i == 0 else None}
       row["holds"] = bool(row["holds"])
       rows.append(row)
     print(f"[reproduce] {name}: {sum(c.holds for c in claims)}/{len(claims)} claims hold "
@@ -189,6 +217,8 @@ def _write_report(rows, report_dir: pathlib.Path, preset, data: str) -> None:
 
 def main(argv):
   del argv
+  from jaxlib_papers.core import affinity  # pylint: disable=g-import-not-at-top
+  affinity.pin(_CPUS.value)  # first: before numpy / jax size their thread pools
   try:
     check_arguments(_ONLY.value, _JOBS.value)  # a typo fails in a second, before set-up
     common.setup()

@@ -31,6 +31,15 @@ import os
 import shutil
 import tempfile
 
+from jaxlib_papers.core import affinity  # imports no jax
+
+# Each xdist worker on its own share of the CPUs, before numpy and jax size their thread
+# pools (and every subprocess a test starts inherits it): two unpinned workers on 2 cores
+# run four busy XLA threads that spin against each other (``core.affinity``).
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER.startswith("gw") and os.environ.get("PYTEST_XDIST_WORKER_COUNT", "").isdigit():
+  _count = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+  affinity.pin(affinity.shares(affinity.available(), _count)[int(_WORKER[2:]) % _count])
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads (through jax)
 os.environ.setdefault("MPLBACKEND", "Agg")
 

@@ -61,6 +61,12 @@ def test_reproduce_rejects_unknown_check(tmp_path):
   assert "unknown check(s) ['nosuchpaper']" in out.stderr
 
 
+def test_reproduce_rejects_unknown_part(tmp_path):
+  from launch import reproduce as launcher  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match=r"--only=fsbm/nosuch: check 'fsbm' has parts"):
+    launcher.run("smoke", ["fsbm/nosuch"], report_dir=tmp_path, jobs=1)
+
+
 @pytest.mark.parametrize("demo", DEMOS, ids=[d.stem for d in DEMOS])
 def test_colab_demo_runs_at_smoke_size_and_notebook_is_paired(demo, tmp_path):
   import jupytext  # pylint: disable=g-import-not-at-top
@@ -114,8 +120,11 @@ def test_parallel_checks_start_longest_first():
   from jaxlib_papers.core import reproduce  # pylint: disable=g-import-not-at-top
   from launch import reproduce as launcher  # pylint: disable=g-import-not-at-top
   registry = reproduce.load_all()
-  order = launcher.launch_order(list(registry))
-  assert sorted(order) == sorted(registry)
+  units = reproduce.units(list(registry))
+  assert "fsbm/opinion" in units and "fsbm" not in units  # a check with parts is split
+  assert reproduce.units(["fsbm/vneck", "core"]) == ["fsbm/vneck", "core"]
+  order = launcher.launch_order(units)
+  assert sorted(order) == sorted(units)
   known = [n for n in order if n in reproduce.CPU_SECONDS]
   assert [reproduce.CPU_SECONDS[n] for n in known] == sorted(
       (reproduce.CPU_SECONDS[n] for n in known), reverse=True)

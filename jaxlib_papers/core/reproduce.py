@@ -48,7 +48,12 @@ class Context:
   report_dir: pathlib.Path
   data_dir: pathlib.Path | None = None
   seed: int = 0
+  part: str | None = None  # one of the check's registered parts, or None: all of them
   _data: dict = dataclasses.field(default_factory=dict, init=False, repr=False)
+
+  def runs(self, part: str) -> bool:
+    """Whether this run includes ``part`` of a check registered with ``parts``."""
+    return self.part is None or self.part == part
 
   def __post_init__(self):
     config_lib.check_preset(self.preset)
@@ -80,25 +85,54 @@ class Context:
 
 Check = Callable[[Context], list[Claim]]
 REGISTRY: dict[str, Check] = {}
-# Measured seconds of each check at the ``cpu`` preset (2 CPU cores, two checks at once):
-# ``launch.reproduce --jobs=N`` starts the longest first so the last one does not run alone.
+# A check's independent parts (``register(parts=...)``): ``launch.reproduce --jobs=N`` runs
+# each as its own unit "<check>/<part>", so one long check does not end up alone on a core.
+PARTS: dict[str, tuple[str, ...]] = {}
+# Measured seconds of each unit ("<check>" or "<check>/<part>") at the ``cpu`` preset, on one
+# core (two units at once on 2 cores, each pinned to its own): ``launch.reproduce --jobs=N``
+# starts the longest first so the last one does not run alone.
 CPU_SECONDS: dict[str, float] = {}
 
 
-def register(name: str, *, cpu_seconds: float | None = None) -> Callable[[Check], Check]:
+def register(name: str, *, cpu_seconds: float | dict[str, float] | None = None,
+             parts: tuple[str, ...] = ()) -> Callable[[Check], Check]:
   """Decorator: ``@register("fsbm", cpu_seconds=300) def check(ctx): ...``.
 
   Args:
     name: the check's name (``--only=<name>``).
     cpu_seconds: how long the check took at the ``cpu`` preset when last measured (a
-      scheduling hint only; checks without one are started after those with one).
+      scheduling hint only; checks without one are started after those with one); with
+      ``parts``, one figure per part.
+    parts: names of independent parts of the check (``--only=<name>/<part>`` runs one; the
+      check runs those for which ``ctx.runs(part)`` is true and returns their claims in a
+      fixed order). Empty: the check is one unit.
   """
+  parts = tuple(parts)
+  if isinstance(cpu_seconds, dict) and set(cpu_seconds) != set(parts):
+    raise ValueError(f"cpu_seconds of {name!r} must name each of its parts {parts}, got "
+                     f"{sorted(cpu_seconds)}")
+
   def wrap(fn: Check) -> Check:
     REGISTRY[name] = fn
-    if cpu_seconds is not None:
+    if parts:
+      PARTS[name] = parts
+    if isinstance(cpu_seconds, dict):
+      CPU_SECONDS.update({f"{name}/{p}": float(s) for p, s in cpu_seconds.items()})
+    elif cpu_seconds is not None:
       CPU_SECONDS[name] = float(cpu_seconds)
     return fn
   return wrap
+
+
+def units(names: list[str]) -> list[str]:
+  """The units ``launch.reproduce --jobs`` runs for ``names`` (registered checks, imported):
+  a check with parts becomes "<check>/<part>" per part, any other stays itself."""
+  out = []
+  for name in names:
+    check, _, part = name.partition("/")
+    out += ([f"{check}/{p}" for p in PARTS[check]] if check in PARTS and not part
+            else [name])
+  return out
 
 
 def check_names() -> list[str]:

@@ -153,6 +153,26 @@ def test_tau_zero_has_no_feedback_term():
   assert float(aux["feedback"]) > 0
 
 
+def test_all_pairs_at_tau_zero_skip_the_feedback_terms_with_the_same_result():
+  """With every tau = 0 the solve takes the branch without the feedback terms (they are
+  multiplied by zero); a pair at tau = 0 ends where it ends when another pair's tau > 0
+  sends the solve through the branch that computes them."""
+  settings, kp, inv_std, x0, x1, mp = _small_problem()
+  solve = jax.jit(lambda tau: _solve(settings, kp, inv_std, x0, x1, mp, jax.random.key(3),
+                                     -1.0, tau)[0])
+  skipped = solve(jnp.zeros(16))
+  computed = solve(jnp.zeros(16).at[15].set(10.0))
+  for a, b in zip(jax.tree.leaves(skipped), jax.tree.leaves(computed)):
+    np.testing.assert_allclose(a[:15], b[:15], rtol=1e-6, atol=1e-7)
+    assert not np.allclose(a[15], b[15])  # tau = 10 moved the last pair
+  no_fb = lambda p: kernel.condsoc_pair_loss(
+      p, x0[0], x1[0], jnp.ones((2, settings.num_steps, 2)), sigma=1.0,
+      t=kernel.time_grid(settings), sign=1.0, tau=0.0, keypoints=kp, inv_std=inv_std,
+      with_feedback=False)
+  loss, aux = no_fb(gpath.init_params(mp[0], settings.num_gamma_knots))
+  assert float(aux["feedback"]) == 0.0 and float(loss) == float(aux["control"])
+
+
 def test_bad_inputs_raise():
   with pytest.raises(ValueError, match="keypoints"):
     feedback.keypoint_inv_std(jnp.zeros((1, 5, 2)))
