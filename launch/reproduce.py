@@ -165,7 +165,7 @@ def run(preset: str = "cpu", only: list[str] | None = None, data_dir=None,
   for name in names:
     check, _, part = name.partition("/")
     ctx = reproduce.Context(preset=preset, report_dir=report_dir / check,
-                            data_dir=data_dir, seed=seed, part=part or None)
+                            data_dir=data_dir, seed=seed, part=part or None, name=check)
     start = time.perf_counter()
     print(f"[reproduce] running {name} ...", flush=True)
     try:

@@ -54,10 +54,11 @@ def _plot(ctx: Context, name: str, res: dict) -> None:
 def check(ctx: Context) -> list[Claim]:
   claims: list[Claim] = []
   summary = {}
-  for name, variants in _RUNS[ctx.preset]:
+  for i, (name, variants) in enumerate(_RUNS[ctx.preset]):
     config = dataset_config(name, ctx.preset, variants=variants, seed=ctx.seed)
     config.loop.quiet = True
     res = train.run(config)
+    ctx.progress(f"{name}: trained and scored (data set {i + 1}/{len(_RUNS[ctx.preset])})")
     m = res["methods"]
     a, var, raw = m["aerca"], m["var"], m["raw"]
     p = int(config.data.num_vars)

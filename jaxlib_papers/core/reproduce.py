@@ -11,6 +11,7 @@ import dataclasses
 import importlib
 import pathlib
 import pkgutil
+import time
 from collections.abc import Callable
 
 from jaxlib_papers.core import config as config_lib
@@ -49,7 +50,15 @@ class Context:
   data_dir: pathlib.Path | None = None
   seed: int = 0
   part: str | None = None  # one of the check's registered parts, or None: all of them
+  name: str = "check"      # the check's name, for progress lines
   _data: dict = dataclasses.field(default_factory=dict, init=False, repr=False)
+  _start: float = dataclasses.field(default_factory=time.perf_counter, init=False,
+                                    repr=False)
+
+  def progress(self, message: str) -> None:
+    """Prints one progress line ``[<name>] <message> (<seconds since the start> s)``: a
+    check that trains for minutes says where it is."""
+    print(f"[{self.name}] {message} ({time.perf_counter() - self._start:.0f} s)", flush=True)
 
   def runs(self, part: str) -> bool:
     """Whether this run includes ``part`` of a check registered with ``parts``."""

@@ -173,12 +173,14 @@ def check(ctx: Context) -> list[Claim]:
 
   from jaxlib_papers.identifiability import train  # pylint: disable=g-import-not-at-top
   results, timings = {}, {}
-  for name, config in programs(ctx.preset).items():
+  runs = programs(ctx.preset)
+  for i, (name, config) in enumerate(runs.items()):
     config.seed = ctx.seed
     config.loop.quiet = True
     start = time.perf_counter()
     results[name] = train.run(config, None)
     timings[name] = time.perf_counter() - start
+    ctx.progress(f"{name}: trained and evaluated (program {i + 1}/{len(runs)})")
   claims = claims_for(results)
   (ctx.report_dir / "identifiability_tables.md").write_text(_table(results))
   _plot(results, ctx.report_dir / "identifiability.png")

@@ -154,9 +154,10 @@ def check(ctx: Context) -> list[Claim]:
   mixtures = MIXTURES[:1] if ctx.preset == "smoke" else MIXTURES
   claims: list[Claim] = []
   report = []
-  for dataset, overrides in mixtures:
+  for i, (dataset, overrides) in enumerate(mixtures):
     config = mixture_config(ctx.preset, ctx.seed, overrides)
     results = train.run(config, None, verbose=False)
+    ctx.progress(f"{dataset}: trained and evaluated (mixture {i + 1}/{len(mixtures)})")
     claims += claims_for(results, dataset)
     report.append(_table(results, dataset))
     fig = samples_figure(results, dataset)

@@ -180,6 +180,7 @@ def check(ctx: Context) -> list[Claim]:
   """Runs the gene hold-out experiment (and EMT) at ``ctx.preset``."""
   claims, table = _gene_claims(ctx)
   if ctx.preset != "smoke":
+    ctx.progress("gene: trained and evaluated; EMT next")
     emt_claims, emt_table = _emt_claims(ctx)
     claims += emt_claims
     table += emt_table
