@@ -156,11 +156,11 @@ def run(preset: str = "cpu", only: list[str] | None = None, data_dir=None,
   data_dir = datasets.local_dir(data_dir)  # --data_dir or $JAXLIB_PAPERS_DATA_DIR, checked
   report_dir = pathlib.Path(report_dir)
   rows, failed = [], []
-  print(f"[reproduce] preset={preset} checks={names} jobs={min(jobs, len(names))}", flush=True)
+  units = reproduce.units(names) if jobs > 1 else names
+  print(f"[reproduce] preset={preset} checks={names} jobs={min(jobs, len(units))}", flush=True)
   print(f"[reproduce] data: {data_summary(data_dir)}", flush=True)
-  if jobs > 1 and len(reproduce.units(names)) > 1:
-    rows, failed = _run_in_subprocesses(reproduce.units(names), jobs, preset, data_dir,
-                                        report_dir, seed)
+  if len(units) > 1 and jobs > 1:
+    rows, failed = _run_in_subprocesses(units, jobs, preset, data_dir, report_dir, seed)
     names = []
   for name in names:
     check, _, part = name.partition("/")
