@@ -472,10 +472,7 @@ def bench(rows, name, what, compile_s, ours_run, official_run, *, ours_units: in
     if official_run is not None:
       official_ms.append(1e3 * _seconds(official_run, official_units)
                          / (official_units * per[1]))
-  ratios = [o / u for o, u in zip(official_ms, ours_ms)]
-  row = (name, what, timing.spread(ours_ms, 2), f"{compile_s:.1f}",
-         timing.spread(official_ms, 2) if official_ms else "-",
-         timing.spread(ratios, 1, "x") if ratios else "-")
+  row = timing.side_by_side_row(name, what, ours_ms, official_ms, compile_s, 2)
   rows.append(row)
   print(" | ".join(row), flush=True)
 

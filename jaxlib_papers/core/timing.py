@@ -76,6 +76,17 @@ def spread(values: list[float], digits: int = 2, suffix: str = "") -> str:
           f"({min(values):{f}}-{max(values):{f}})")
 
 
+def side_by_side_row(name: str, what: str, ours: list[float], official: list[float],
+                     compile_s: float, digits: int = 2) -> tuple[str, ...]:
+  """One table row of a side-by-side benchmark: name, what is timed, ours, compile seconds,
+  the official code's and the per-pair ratios official / ours (``"-"`` where the official
+  side did not run); ``ours`` and ``official`` are paired samples taken alternately."""
+  ratios = [o / u for o, u in zip(official, ours)]
+  return (name, what, spread(ours, digits), f"{compile_s:.1f}",
+          spread(official, digits) if official else "-",
+          spread(ratios, 1, "x") if ratios else "-")
+
+
 def machine_line(torch: Any = None) -> str:
   """Where a benchmark ran: jax version and backend, BLAS threads, CPUs, 1-minute load
   (and the torch version and its thread count when ``torch`` is the imported module)."""

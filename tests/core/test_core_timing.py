@@ -26,6 +26,9 @@ def test_compile_and_time_returns_the_programs_output_and_one_time_per_call():
 def test_spread_and_machine_line():
   assert timing.spread([3.0, 1.0, 2.0]) == "2.00 (1.00-3.00)"
   assert timing.spread([4.0, 1.0], 1, "x") == "2.5x (1.0-4.0)"  # median of an even count
+  assert timing.side_by_side_row("a", "b", [1.0, 2.0], [4.0, 4.0], 0.25) == (
+      "a", "b", "1.50 (1.00-2.00)", "0.2", "4.00 (4.00-4.00)", "3.0x (2.0-4.0)")
+  assert timing.side_by_side_row("a", "b", [1.0], [], 1.0, 3)[4:] == ("-", "-")
   with pytest.raises(ValueError, match="at least one"):
     timing.spread([])
   line = timing.machine_line()
