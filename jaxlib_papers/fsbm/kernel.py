@@ -214,8 +214,10 @@ def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
   tau = jnp.broadcast_to(jnp.asarray(tau, x0.dtype), (num_pairs,))
   state_weight = jnp.broadcast_to(jnp.asarray(state_weight, x0.dtype), (num_pairs,))
 
-  def objective(p, it, with_feedback):
-    noise = prng.normal(jax.random.fold_in(key, it), noise_shape, x0.dtype)
+  def noise_at(it):
+    return prng.normal(jax.random.fold_in(key, it), noise_shape, x0.dtype)
+
+  def objective(p, noise, with_feedback):
     losses, _ = jax.vmap(
         lambda pp, a, b, n, w, v: condsoc_pair_loss(
             pp, a, b, n, sigma=settings.sigma, t=t, sign=sign, tau=w,
@@ -230,12 +232,16 @@ def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
         lambda u, v: jnp.where(mask.reshape((-1,) + (1,) * (u.ndim - 1)), u, v), a, b)
 
   def step(carry, it, with_feedback):
-    p, s, last = carry
-    grads, losses = jax.grad(objective, has_aux=True)(p, it, with_feedback)
+    # Iteration it's noise arrives in the carry and the next one's is drawn here: drawn
+    # inside the differentiated objective, XLA fuses the random-bit generation into each of
+    # its consumers and recomputes it. The draws are the same: fold_in(key, it).
+    p, s, last, noise = carry
+    next_noise = noise_at(it + 1)
+    grads, losses = jax.grad(objective, has_aux=True)(p, noise, with_feedback)
     if not safe:
       updates, s = tx.update(grads, s, p)
-      return (optax.apply_updates(p, updates), s, last), (jnp.mean(losses),
-                                                          jnp.zeros((), jnp.int32))
+      return (optax.apply_updates(p, updates), s, last, next_noise), (
+          jnp.mean(losses), jnp.zeros((), jnp.int32))
     p_best, g_best, loss_best, scale = last
     finite = jnp.isfinite(losses) & jax.vmap(
         lambda g: jnp.all(jnp.stack([jnp.all(jnp.isfinite(v))
@@ -251,7 +257,7 @@ def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
             jnp.where(improved, losses, loss_best), scale)
     # The reported mean is over the losses at the iterates stepped from (a
     # rejected loss may be Inf): the new loss if accepted, the best one if not.
-    return (optax.apply_updates(base, updates), s, last), (
+    return (optax.apply_updates(base, updates), s, last, next_noise), (
         jnp.mean(jnp.where(accept, losses, loss_best)), jnp.sum(~accept).astype(jnp.int32))
 
   last = (params, jax.tree.map(jnp.zeros_like, params),
@@ -259,13 +265,14 @@ def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
 
   def solve(with_feedback):
     return jax.lax.scan(lambda c, it: step(c, it, with_feedback),
-                        (params, opt_state, last), jnp.arange(settings.num_iters))
+                        (params, opt_state, last, noise_at(0)),
+                        jnp.arange(settings.num_iters))
 
   # When every pair has tau = 0 (the unguided and GSBM-style baselines) the feedback terms
   # are multiplied by zero: that branch leaves them out (~35% of an iteration), and one
   # compiled program still serves every tau. (The branch is taken around the whole scan, so
   # the iteration with feedback compiles exactly as it does without the branch.)
-  (params, _, _), (losses, rejected) = jax.lax.cond(
+  (params, _, _, _), (losses, rejected) = jax.lax.cond(
       jnp.any(tau != 0), lambda: solve(True), lambda: solve(False))
   if with_stats:
     return params, losses, rejected

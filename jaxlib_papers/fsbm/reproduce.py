@@ -74,7 +74,7 @@ def plot(ctx, task, fsbm, base):
 
 
 @reproduce.register("fsbm", parts=("stunnel", "vneck", "opinion"),
-                    cpu_seconds={"stunnel": 630, "vneck": 510, "opinion": 375})
+                    cpu_seconds={"stunnel": 420, "vneck": 430, "opinion": 330})
 def check(ctx) -> list[reproduce.Claim]:
   claims = []
   for task, tau in TASKS:
