@@ -120,6 +120,24 @@ def _run_in_subprocesses(names: list[str], jobs: int, preset: str, data_dir, rep
   return rows, [name for name, (_, crashed) in zip(names, results) if crashed]
 
 
+class _CompileClock:
+  """Seconds jax spent tracing, lowering and compiling (``jax.monitoring`` events), so each
+  check's line says how much of its time was compile rather than run."""
+
+  EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
+            "/jax/core/compile/jaxpr_to_mlir_module_duration",
+            "/jax/core/compile/backend_compile_duration")
+
+  def __init__(self):
+    import jax  # pylint: disable=g-import-not-at-top
+    self.seconds = 0.0
+    jax.monitoring.register_event_duration_secs_listener(self._on_event)
+
+  def _on_event(self, event: str, duration: float, **_) -> None:
+    if event in self.EVENTS:
+      self.seconds += duration
+
+
 def check_arguments(only: list[str] | None, jobs: int) -> list[str]:
   """The checks to run (``only``, or all; "<check>/<part>" names one part of a check); a
   ValueError naming the argument when ``only`` names no registered check or ``jobs`` < 0.
@@ -156,6 +174,7 @@ def run(preset: str = "cpu", only: list[str] | None = None, data_dir=None,
   data_dir = datasets.local_dir(data_dir)  # --data_dir or $JAXLIB_PAPERS_DATA_DIR, checked
   report_dir = pathlib.Path(report_dir)
   rows, failed = [], []
+  clock = _CompileClock() if names else None
   units = reproduce.units(names) if jobs > 1 else names
   print(f"[reproduce] preset={preset} checks={names} jobs={min(jobs, len(units))}", flush=True)
   print(f"[reproduce] data: {data_summary(data_dir)}", flush=True)
@@ -166,7 +185,7 @@ def run(preset: str = "cpu", only: list[str] | None = None, data_dir=None,
     check, _, part = name.partition("/")
     ctx = reproduce.Context(preset=preset, report_dir=report_dir / check,
                             data_dir=data_dir, seed=seed, part=part or None, name=check)
-    start = time.perf_counter()
+    start, compile_start = time.perf_counter(), clock.seconds
     print(f"[reproduce] running {name} ...", flush=True)
     try:
       claims = registry[check](ctx)
@@ -183,7 +202,8 @@ def run(preset: str = "cpu", only: list[str] | None = None, data_dir=None,
       row["holds"] = bool(row["holds"])
       rows.append(row)
     print(f"[reproduce] {name}: {sum(c.holds for c in claims)}/{len(claims)} claims hold "
-          f"({seconds:.1f} s)", flush=True)
+          f"({seconds:.1f} s, of which {clock.seconds - compile_start:.1f} s tracing and "
+          "compiling)", flush=True)
   if rows_out:  # a check run on behalf of a parallel parent: rows only
     pathlib.Path(rows_out).parent.mkdir(parents=True, exist_ok=True)
     pathlib.Path(rows_out).write_text(json.dumps(rows))
