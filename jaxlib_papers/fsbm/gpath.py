@@ -4,7 +4,9 @@ For one endpoint pair (x0, x1) the path is X_t = mu_t + gamma_t * eps with
   * mu_t: piecewise-linear spline through ``T_mean`` knots on linspace(0, 1),
     whose first and last knots are pinned to x0 and x1;
   * gamma_t = sigma * sqrt(t (1 - t)) * softplus(s(t)), s a piecewise-linear
-    spline through ``T_gamma`` free knots on linspace(0, 1).
+    spline through ``T_gamma`` knots on linspace(0, 1); the CondSOC solve trains the
+    interior ones and keeps the two end knots at 0 (:func:`pin_std_ends`), as the official
+    code does.
 All functions here act on ONE pair; callers vmap over pairs.
 """
 
@@ -22,7 +24,8 @@ class PathParams(NamedTuple):
 
   Attributes:
     mean_knots: [T_mean - 2, D] interior knots of the mean spline.
-    gamma_knots: [T_gamma] knots of the pre-softplus std spline.
+    gamma_knots: [T_gamma] knots of the pre-softplus std spline (the first and last
+      stay at their initial 0 in the CondSOC solve).
   """
 
   mean_knots: jax.Array
@@ -147,6 +150,18 @@ def sample_and_drift(params: PathParams, x0: jax.Array, x1: jax.Array,
   coef = drift_coefficients(std, dstd, sigma, sign)
   u = sign * dmean + coef[:, None] * (x - mean)
   return x, u
+
+
+def pin_std_ends(grads: PathParams) -> PathParams:
+  """``grads`` with the first and last std knots' entries zeroed.
+
+  The std spline's knots at t = 0 and t = 1 stay at their initial value (0), as in the
+  official code, where they are fixed buffers and only the T_gamma - 2 interior knots are
+  trained. (gamma_t has the factor sqrt(t (1 - t)), so the end knots set the std only in
+  the limit; their gradient is large where gamma is small, near the ends.)
+  """
+  g = grads.gamma_knots
+  return grads._replace(gamma_knots=g.at[..., 0].set(0).at[..., -1].set(0))
 
 
 def init_params(mean_path: jax.Array, num_gamma_knots: int) -> PathParams:

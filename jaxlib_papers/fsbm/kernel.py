@@ -238,6 +238,7 @@ def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
     p, s, last, noise = carry
     next_noise = noise_at(it + 1)
     grads, losses = jax.grad(objective, has_aux=True)(p, noise, with_feedback)
+    grads = gpath.pin_std_ends(grads)
     if not safe:
       updates, s = tx.update(grads, s, p)
       return (optax.apply_updates(p, updates), s, last, next_noise), (

@@ -220,3 +220,23 @@ def test_per_pair_state_weight_equals_separate_solves():
     np.testing.assert_allclose(m[:8], p[:8], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(m[8:], w[8:], rtol=1e-5, atol=1e-6)
     assert not np.allclose(p[8:], w[8:])  # the obstacle cost moved the weighted pairs
+
+
+@pytest.mark.parametrize("tau", [0.0, 10.0])
+def test_condsoc_keeps_std_end_knots_fixed(tau):
+  """As in the official code, only the interior std knots are trained: the knots at t = 0
+  and t = 1 end the solve at their initial 0 while their gradient is not 0 and the interior
+  knots move."""
+  settings, kp, inv_std, x0, x1, mp = _small_problem()
+  params, _ = jax.jit(_solve, static_argnums=0)(settings, kp, inv_std, x0, x1, mp,
+                                                 jax.random.key(3), 1.0, tau)
+  gamma = np.asarray(params.gamma_knots)
+  np.testing.assert_array_equal(gamma[:, [0, -1]], 0.0)
+  assert np.min(np.abs(gamma[:, 1:-1]).max(axis=1)) > 1e-4
+  t = kernel.time_grid(settings)
+  noise = jax.random.normal(jax.random.key(0), (2, settings.num_steps, 2))
+  init = gpath.init_params(mp[0], settings.num_gamma_knots)
+  grad = jax.grad(lambda p: kernel.condsoc_pair_loss(
+      p, x0[0], x1[0], noise, sigma=1.0, t=t, sign=1.0, tau=tau, keypoints=kp,
+      inv_std=inv_std)[0])(init)
+  assert np.all(np.abs(np.asarray(grad.gamma_knots)[[0, -1]]) > 0)
