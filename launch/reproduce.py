@@ -137,6 +137,10 @@ class _CompileClock:
     if event in self.EVENTS:
       self.seconds += duration
 
+  def close(self) -> None:
+    import jax  # pylint: disable=g-import-not-at-top
+    jax.monitoring.unregister_event_duration_listener(self._on_event)
+
 
 def check_arguments(only: list[str] | None, jobs: int) -> list[str]:
   """The checks to run (``only``, or all; "<check>/<part>" names one part of a check); a
@@ -204,6 +208,8 @@ def run(preset: str = "cpu", only: list[str] | None = None, data_dir=None,
     print(f"[reproduce] {name}: {sum(c.holds for c in claims)}/{len(claims)} claims hold "
           f"({seconds:.1f} s, of which {clock.seconds - compile_start:.1f} s tracing and "
           "compiling)", flush=True)
+  if clock is not None:
+    clock.close()
   if rows_out:  # a check run on behalf of a parallel parent: rows only
     pathlib.Path(rows_out).parent.mkdir(parents=True, exist_ok=True)
     pathlib.Path(rows_out).write_text(json.dumps(rows))

@@ -157,8 +157,8 @@ def pin_std_ends(grads: PathParams) -> PathParams:
 
   The std spline's knots at t = 0 and t = 1 stay at their initial value (0), as in the
   official code, where they are fixed buffers and only the T_gamma - 2 interior knots are
-  trained. (gamma_t has the factor sqrt(t (1 - t)), so the end knots set the std only in
-  the limit; their gradient is large where gamma is small, near the ends.)
+  trained. (The end knots shape gamma over the first and last spline segments, where gamma
+  is smallest, and their gradient is large there.)
   """
   g = grads.gamma_knots
   return grads._replace(gamma_knots=g.at[..., 0].set(0).at[..., -1].set(0))
