@@ -442,9 +442,9 @@ def check_same(ours: Ours, official: Official, problem: Problem) -> str:
   return ("same functions (relative max differences, 64 pairs): CondSOC loss "
           f"{err_loss:.1e}, its gradient: mean knots {err_mean:.1e}, interior std knots "
           f"{err_gamma:.1e}; M-step x_t {err_xt:.1e}, drift target {err_vt:.1e}, network "
-          f"{err_net:.1e}, loss {err_loss_m:.1e}. (Ours also moves the two end std knots, "
-          f"which the official spline keeps fixed: their gradient here, max "
-          f"{end_gamma:.1e}.)")
+          f"{err_net:.1e}, loss {err_loss_m:.1e}. (The loss's gradient for the two end std "
+          f"knots, max {end_gamma:.1e} here, is zeroed in our solve by gpath.pin_std_ends: "
+          f"the official spline keeps those knots fixed.)")
 
 
 # --------------------------------------------------------------------------------- timing
