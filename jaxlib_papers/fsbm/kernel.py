@@ -98,7 +98,7 @@ def condsoc_pair_loss(params: gpath.PathParams, x0: jax.Array, x1: jax.Array,
                       sign: ArrayLike, tau: ArrayLike, keypoints: jax.Array,
                       inv_std: jax.Array, base_drift: BaseDrift = None,
                       state_cost: StateCost = None, state_weight: ArrayLike = 1.0,
-                      with_feedback: bool = True):
+                      with_feedback: bool = True, with_state: bool = True):
   """CondSOC objective of one pair, a mean over its N paths and S times.
 
   L = mean_{n,t} [ ||u_t||^2 / (2 sigma^2) + tau |<grad G, u_t>| + tau sum_d (H 1)_d
@@ -121,6 +121,8 @@ def condsoc_pair_loss(params: gpath.PathParams, x0: jax.Array, x1: jax.Array,
     state_weight: w, the weight of V (traced is fine; 0 gives FSBM's objective).
     with_feedback: False leaves the two feedback terms out (static): the objective of
       tau = 0 without computing terms that tau multiplies by zero.
+    with_state: False leaves ``state_cost`` out (static): the objective of
+      ``state_weight`` = 0 without evaluating V (and its gradient) only to multiply it by 0.
 
   Returns:
     (loss [], aux dict of [] scalars: control, feedback, divergence, state).
@@ -129,7 +131,8 @@ def condsoc_pair_loss(params: gpath.PathParams, x0: jax.Array, x1: jax.Array,
   if base_drift is not None:
     u = u - sign * base_drift(t[None, :], x)
   control = jnp.sum(u**2, axis=-1) / (2.0 * sigma**2)                  # [N, S]
-  state = jnp.zeros_like(control) if state_cost is None else state_weight * state_cost(x)
+  state = (jnp.zeros_like(control) if state_cost is None or not with_state
+           else state_weight * state_cost(x))
   if not with_feedback:
     zero = jnp.zeros((), control.dtype)
     loss = jnp.mean(control + state)
@@ -217,12 +220,13 @@ def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
   def noise_at(it):
     return prng.normal(jax.random.fold_in(key, it), noise_shape, x0.dtype)
 
-  def objective(p, noise, with_feedback):
+  def objective(p, noise, with_feedback, with_state):
     losses, _ = jax.vmap(
         lambda pp, a, b, n, w, v: condsoc_pair_loss(
             pp, a, b, n, sigma=settings.sigma, t=t, sign=sign, tau=w,
             keypoints=keypoints, inv_std=inv_std, base_drift=base_drift,
-            state_cost=state_cost, state_weight=v, with_feedback=with_feedback))(
+            state_cost=state_cost, state_weight=v, with_feedback=with_feedback,
+            with_state=with_state))(
                 p, x0, x1, noise, tau, state_weight)
     return jnp.sum(losses) / settings.micro_batch, losses
 
@@ -231,13 +235,13 @@ def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
     return jax.tree.map(
         lambda u, v: jnp.where(mask.reshape((-1,) + (1,) * (u.ndim - 1)), u, v), a, b)
 
-  def step(carry, it, with_feedback):
+  def step(carry, it, with_feedback, with_state):
     # Iteration it's noise arrives in the carry and the next one's is drawn here: drawn
     # inside the differentiated objective, XLA fuses the random-bit generation into each of
     # its consumers and recomputes it. The draws are the same: fold_in(key, it).
     p, s, last, noise = carry
     next_noise = noise_at(it + 1)
-    grads, losses = jax.grad(objective, has_aux=True)(p, noise, with_feedback)
+    grads, losses = jax.grad(objective, has_aux=True)(p, noise, with_feedback, with_state)
     grads = gpath.pin_std_ends(grads)
     if not safe:
       updates, s = tx.update(grads, s, p)
@@ -264,17 +268,26 @@ def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
   last = (params, jax.tree.map(jnp.zeros_like, params),
           jnp.full((num_pairs,), jnp.inf, x0.dtype), jnp.ones((num_pairs,), x0.dtype))
 
-  def solve(with_feedback):
-    return jax.lax.scan(lambda c, it: step(c, it, with_feedback),
-                        (params, opt_state, last, noise_at(0)),
-                        jnp.arange(settings.num_iters))
+  def solve(with_feedback, with_state):
+    return lambda: jax.lax.scan(lambda c, it: step(c, it, with_feedback, with_state),
+                                (params, opt_state, last, noise_at(0)),
+                                jnp.arange(settings.num_iters))
 
   # When every pair has tau = 0 (the unguided and GSBM-style baselines) the feedback terms
-  # are multiplied by zero: that branch leaves them out (~35% of an iteration), and one
-  # compiled program still serves every tau. (The branch is taken around the whole scan, so
-  # the iteration with feedback compiles exactly as it does without the branch.)
-  (params, _, _, _), (losses, rejected) = jax.lax.cond(
-      jnp.any(tau != 0), lambda: solve(True), lambda: solve(False))
+  # are multiplied by zero, and when every pair has state_weight = 0 (FSBM and tau = 0)
+  # so is the known state cost: a branch per combination leaves out what is multiplied by
+  # zero (the feedback terms are ~50% of an iteration, the S-tunnel obstacle cost ~30%),
+  # and one compiled program still serves every tau and weight. (The branch is taken around
+  # the whole scan, so each iteration compiles exactly as it would without the branch.)
+  with_feedback = jnp.any(tau != 0)
+  if state_cost is None:
+    (params, _, _, _), (losses, rejected) = jax.lax.cond(
+        with_feedback, solve(True, False), solve(False, False))
+  else:
+    index = 2 * with_feedback.astype(jnp.int32) + jnp.any(state_weight != 0).astype(jnp.int32)
+    (params, _, _, _), (losses, rejected) = jax.lax.switch(
+        index, [solve(False, False), solve(False, True), solve(True, False),
+                solve(True, True)])
   if with_stats:
     return params, losses, rejected
   return params, losses

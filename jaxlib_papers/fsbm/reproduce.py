@@ -74,7 +74,7 @@ def plot(ctx, task, fsbm, base):
 
 
 @reproduce.register("fsbm", parts=("stunnel", "vneck", "opinion"),
-                    cpu_seconds={"stunnel": 420, "vneck": 385, "opinion": 310})
+                    cpu_seconds={"stunnel": 345, "vneck": 320, "opinion": 310})
 def check(ctx) -> list[reproduce.Claim]:
   claims = []
   for task, tau in TASKS:

@@ -54,7 +54,7 @@ class AgentConfig(NamedTuple):
     sigma_reward: reward-noise scale ``sigma_R``.
     ridge: ridge ``lambda`` of ``Sigma = lambda I + X^T X`` (rewards for
       nullspace; the whole regression for the baselines).
-    beta: LSVI-UCB bonus scale.
+    beta: LSVI-UCB bonus scale (may be a traced scalar: one program for several).
     epsilon: epsilon-greedy exploration probability.
     rlsvi_noise: RLSVI likelihood noise std ``sigma``.
     rlsvi_prior: RLSVI prior precision ``lambda`` (prior ``N(0, I/lambda)``).
@@ -76,12 +76,17 @@ class AgentConfig(NamedTuple):
 
 
 def validate_agent_config(cfg: AgentConfig) -> None:
-  """Raises ValueError for an unknown agent or a bad hyperparameter."""
+  """Raises ValueError for an unknown agent or a bad hyperparameter.
+
+  ``beta`` may be traced (``train.simulate`` vmaps LSVI-UCB over its bonus scales); a
+  traced value is checked by the caller that holds it concretely.
+  """
   if cfg.name not in AGENTS:
     raise ValueError(f"agent name must be one of {AGENTS}, got {cfg.name!r}")
   for field in ("sigma_theta", "sigma_reward", "beta"):
-    if getattr(cfg, field) < 0:
-      raise ValueError(f"{field} must be >= 0, got {getattr(cfg, field)!r}")
+    value = getattr(cfg, field)
+    if not isinstance(value, jax.core.Tracer) and value < 0:
+      raise ValueError(f"{field} must be >= 0, got {value!r}")
   for field in ("ridge", "rlsvi_noise", "rlsvi_prior", "span_tol"):
     if not getattr(cfg, field) > 0:
       raise ValueError(f"{field} must be > 0, got {getattr(cfg, field)!r}")

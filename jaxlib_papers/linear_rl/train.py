@@ -45,15 +45,34 @@ def _seed_keys(seeds: np.ndarray | int) -> jax.Array:
 
 
 def simulate_timed(env: envs.Env, cfg: kernel.AgentConfig, num_episodes: int,
-                   seeds: np.ndarray | int) -> tuple[kernel.RunOutput, float, float]:
-  """:func:`simulate`, also returning ``(compile_seconds, run_seconds)``."""
+                   seeds: np.ndarray | int, betas=None
+                   ) -> tuple[kernel.RunOutput, float, float]:
+  """:func:`simulate`, also returning ``(compile_seconds, run_seconds)``.
+
+  ``betas``: optional sequence of LSVI-UCB bonus scales run as one program (vmapped
+  over them, every scale on the same seeds); the output then has a leading ``[len(betas)]``
+  axis before the seed axis and ``cfg.beta`` is ignored.
+  """
   if not isinstance(num_episodes, int) or num_episodes < 1:
     raise ValueError(f"num_episodes must be an int >= 1, got {num_episodes!r}")
   kernel.validate_agent_config(cfg)
+  if betas is not None:
+    betas = np.asarray(betas, np.float64)
+    if betas.ndim != 1 or len(betas) < 1 or not np.all(np.isfinite(betas) & (betas >= 0)):
+      raise ValueError(f"betas must be a non-empty 1-D sequence of finite values >= 0, got "
+                       f"{betas!r}")
   with enable_x64():
     keys = _seed_keys(seeds)
-    timed = timing.compile_and_time(
-        jax.vmap(lambda k: kernel.run_episodes(env, cfg, num_episodes, k)), keys)
+
+    def over_seeds(c):
+      return jax.vmap(lambda k: kernel.run_episodes(env, c, num_episodes, k))
+
+    if betas is None:
+      timed = timing.compile_and_time(over_seeds(cfg), keys)
+    else:
+      timed = timing.compile_and_time(
+          jax.vmap(lambda b, k: over_seeds(cfg._replace(beta=b))(k), in_axes=(0, None)),
+          jnp.asarray(betas), keys)
   return timed.output, timed.compile_seconds, timed.run_seconds[0]
 
 
@@ -165,37 +184,47 @@ def run(config, workdir: str | pathlib.Path | None = None) -> dict[str, Any]:
       env = envs.deep_sea(**dict(spec.env))
       for name in spec.agents:
         if name == "lsvi_ucb":
-          for beta in spec.ucb_betas:
-            jobs.append((f"lsvi_ucb(beta={beta:g})", env,
-                         agent_config(name, spec.agent, beta=float(beta))))
+          # Every bonus scale in one program (beta is traced): one compile, not one each.
+          betas = tuple(float(b) for b in spec.ucb_betas)
+          jobs.append(([f"lsvi_ucb(beta={b:g})" for b in betas], env,
+                       agent_config(name, spec.agent, beta=max(betas)), betas))
         else:
-          jobs.append((name, env, agent_config(name, spec.agent)))
+          jobs.append((name, env, agent_config(name, spec.agent), None))
     elif experiment == "linear_system":
       for k in spec.num_actions_grid:
         env = envs.linear_system(num_actions=int(k), **dict(spec.env))
         for name in spec.agents:
           jobs.append((f"{name}(K={int(k)})", env,
-                       agent_config(name, spec.agent)))
+                       agent_config(name, spec.agent), None))
     else:
       env = envs.lqr(**dict(spec.env))
       for name in spec.agents:
-        jobs.append((name, env, agent_config(name, spec.agent)))
+        jobs.append((name, env, agent_config(name, spec.agent), None))
 
-    for label, env, cfg in jobs:
-      out, compile_s, run_s = simulate_timed(env, cfg, num_episodes, seeds)
-      summary = summarise(env, out, compile_s, run_s)
-      summary["agent_config"] = cfg._asdict()
-      if experiment == "deep_sea":
-        summary["first_goal_episode"] = _first_success(
-            np.asarray(out.metrics.regret))
-      if experiment == "lqr":
-        summary.update(lqr_gain_errors(env, out))
-      results["agents"][label] = summary
-      print(f"[linear_rl] {experiment} {label}: cumulative regret "
-            f"{np.mean(summary['cumulative_regret']):.2f} (mean of "
-            f"{num_seeds} seeds), out-of-span "
-            f"{max(summary['out_of_span_episodes'])} <= dH = {summary['dH']}, "
-            f"compile {compile_s:.1f}s run {run_s:.1f}s", flush=True)
+    for labels, env, cfg, betas in jobs:
+      out, compile_s, run_s = simulate_timed(env, cfg, num_episodes, seeds, betas)
+      if betas is None:
+        labels, betas, outs = [labels], [None], [out]
+      else:  # one program for every beta: split its leading beta axis
+        outs = [jax.tree.map(lambda a, i=i: a[i], out) for i in range(len(betas))]
+      for label, beta, one in zip(labels, betas, outs):
+        summary = summarise(env, one, compile_s, run_s)
+        summary["agent_config"] = (cfg if beta is None else cfg._replace(beta=beta))._asdict()
+        if len(labels) > 1:
+          summary["shared_program"] = labels  # compile/run seconds are for all of them
+        if experiment == "deep_sea":
+          summary["first_goal_episode"] = _first_success(
+              np.asarray(one.metrics.regret))
+        if experiment == "lqr":
+          summary.update(lqr_gain_errors(env, one))
+        results["agents"][label] = summary
+        print(f"[linear_rl] {experiment} {label}: cumulative regret "
+              f"{np.mean(summary['cumulative_regret']):.2f} (mean of "
+              f"{num_seeds} seeds), out-of-span "
+              f"{max(summary['out_of_span_episodes'])} <= dH = {summary['dH']}, "
+              f"compile {compile_s:.1f}s run {run_s:.1f}s"
+              + (f" (one program for {len(labels)} betas)" if len(labels) > 1 else ""),
+              flush=True)
 
   if workdir is not None:
     writers.write_json(pathlib.Path(workdir) / "results.json", results)

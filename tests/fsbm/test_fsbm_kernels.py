@@ -203,15 +203,17 @@ def test_state_cost_adds_its_mean_and_obstacle_cost_marks_obstacles():
     assert not bool(tasks.collision(task, np.array(outside))) and v_out < 1e-3
 
 
-def test_per_pair_state_weight_equals_separate_solves():
+@pytest.mark.parametrize("tau", [0.0, 10.0])
+def test_per_pair_state_weight_equals_separate_solves(tau):
   """The obstacle weight is per-pair data (one program for FSBM, tau = 0 and GSBM-style):
-  pairs with weight 0 solve as with no state cost, pairs with weight w as with w V."""
+  pairs with weight 0 solve as with no state cost, pairs with weight w as with w V (with
+  and without the feedback terms)."""
   settings, kp, inv_std, x0, x1, mp = _small_problem()
   key = jax.random.key(2)
   v = lambda x: tasks.obstacle_cost("vneck", x)
   weight = jnp.where(jnp.arange(16) < 8, 0.0, 3.0)
   solve = lambda **kw: jax.jit(lambda a, b, m: kernel.condsoc_solve(
-      a, b, m, key, settings=settings, sign=1.0, tau=0.0, keypoints=kp, inv_std=inv_std,
+      a, b, m, key, settings=settings, sign=1.0, tau=tau, keypoints=kp, inv_std=inv_std,
       **kw)[0])(x0, x1, mp)
   mixed = solve(state_cost=v, state_weight=weight)
   plain = solve()
@@ -220,6 +222,29 @@ def test_per_pair_state_weight_equals_separate_solves():
     np.testing.assert_allclose(m[:8], p[:8], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(m[8:], w[8:], rtol=1e-5, atol=1e-6)
     assert not np.allclose(p[8:], w[8:])  # the obstacle cost moved the weighted pairs
+
+
+@pytest.mark.parametrize("tau", [0.0, 10.0])
+def test_all_pairs_at_state_weight_zero_skip_the_state_cost(tau):
+  """With every state weight 0 (FSBM and its tau = 0 baseline on an obstacle task) the
+  solve leaves the state cost out instead of multiplying it by zero: a V that is NaN
+  everywhere (0 x NaN would make every loss NaN) changes nothing, and the solve equals the
+  one without a state cost."""
+  settings, kp, inv_std, x0, x1, mp = _small_problem()
+  key = jax.random.key(5)
+  solve = lambda **kw: jax.jit(lambda a, b, m: kernel.condsoc_solve(
+      a, b, m, key, settings=settings, sign=1.0, tau=tau, keypoints=kp, inv_std=inv_std,
+      **kw))(x0, x1, mp)
+  nan_cost = lambda x: jnp.full(x.shape[:-1], jnp.nan, x.dtype)
+  p_skip, l_skip = solve(state_cost=nan_cost, state_weight=jnp.zeros(16))
+  p_none, l_none = solve()
+  assert np.all(np.isfinite(l_skip))
+  np.testing.assert_allclose(l_skip, l_none, rtol=1e-6)
+  for a, b in zip(jax.tree.leaves(p_skip), jax.tree.leaves(p_none)):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+  # One pair with weight > 0 sends the solve through the branch that evaluates V.
+  _, l_on = solve(state_cost=nan_cost, state_weight=jnp.zeros(16).at[0].set(1.0))
+  assert np.all(np.isnan(l_on))
 
 
 @pytest.mark.parametrize("tau", [0.0, 10.0])

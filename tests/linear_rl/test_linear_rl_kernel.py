@@ -216,6 +216,20 @@ def test_vmapped_seeds_are_independent(deep_sea_program, deep_sea_runs):
                                atol=1e-12)
 
 
+def test_ucb_betas_in_one_program_equal_separate_runs():
+  """LSVI-UCB's bonus scales vmapped into one program (train.run's DeepSea sweep) give
+  each scale the run it gets alone, on the same seeds; the scales do change the run."""
+  env = envs.deep_sea(4)
+  cfg = kernel.AgentConfig(name="lsvi_ucb")
+  both, _, _ = train.simulate_timed(env, cfg, 30, 2, betas=(0.0, 3.0))
+  alone = train.simulate(env, cfg._replace(beta=3.0), 30, 2)
+  for a, b in zip(jax.tree.leaves(both), jax.tree.leaves(alone)):
+    np.testing.assert_allclose(np.asarray(a[1], float), np.asarray(b, float), atol=1e-12)
+  assert not np.allclose(both.final_q_weights[0], both.final_q_weights[1])
+  with pytest.raises(ValueError, match="betas"):
+    train.simulate_timed(env, cfg, 30, 2, betas=(1.0, -1.0))
+
+
 def test_bad_input_raises():
   env = envs.deep_sea(3)
   with pytest.raises(ValueError, match="agent name"):
