@@ -15,7 +15,7 @@ the tests), ``eta = 0`` DDIM; with a nonzero ``c`` both are stochastic.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import jax
@@ -231,19 +231,55 @@ def nelbo(predict: Predictor, schedule: Schedule, timesteps: np.ndarray, x0: Arr
   Returns:
     (nelbo [B], terms [K + 1, B]: prior, K - 1 transitions (largest t first), decoder).
   """
-  timesteps = np.asarray(timesteps)
+  return nelbo_many(predict, schedule, [timesteps], x0, key, eta=eta,
+                    decoder_vars=[decoder_var], clip_x0=clip_x0,
+                    discrete_decoder=discrete_decoder)[0]
+
+
+def nelbo_many(predict: Predictor, schedule: Schedule, timesteps: Sequence[np.ndarray],
+               x0: Array, key: Array, *, eta: float = 1.0,
+               decoder_vars: Sequence[float | Array | None] | None = None,
+               clip_x0: float | None = None, discrete_decoder: bool = False
+               ) -> list[tuple[Array, Array]]:
+  """:func:`nelbo` of several skip-step sequences (several K) in one program.
+
+  Each sequence gets exactly the draws :func:`nelbo` gives it with the same ``key`` (its
+  transition keys split from the same transition key, the prior and decoder draws shared),
+  so ``nelbo_many(..., [ts_a, ts_b], ...)[i]`` equals ``nelbo(..., ts_i, ...)``; the
+  transitions of every sequence go through one ``lax.map`` and the decoder's network call
+  is made once per distinct first timestep. One compiled program then serves every K.
+
+  Args:
+    timesteps: a sequence of int [K_i] arrays, each increasing, first 1 and last N.
+    decoder_vars: one ``decoder_var`` (see :func:`nelbo`) per sequence (default: None for
+      every sequence).
+    Others: as :func:`nelbo`.
+
+  Returns:
+    ``[(nelbo [B], terms [K_i + 1, B]) for each sequence]``.
+  """
+  lists = [np.asarray(ts) for ts in timesteps]
+  if not lists:
+    raise ValueError("timesteps must hold at least one sequence")
+  if decoder_vars is None:
+    decoder_vars = [None] * len(lists)
+  if len(decoder_vars) != len(lists):
+    raise ValueError(f"decoder_vars must have one entry per sequence ({len(lists)}), got "
+                     f"{len(decoder_vars)}")
   if not eta > 0:
     raise ValueError(f"the NELBO needs eta > 0, got {eta}")
-  if timesteps[-1] != schedule.num_steps:
-    raise ValueError(f"timesteps must end at N = {schedule.num_steps}, got {timesteps[-1]}")
+  for ts in lists:
+    if ts.ndim != 1 or len(ts) < 2 or ts[-1] != schedule.num_steps:
+      raise ValueError(f"timesteps must be [K >= 2] ending at N = {schedule.num_steps}, got "
+                       f"{ts}")
   axes = tuple(range(1, x0.ndim))
   abar_n = jnp.asarray(schedule.abar)[schedule.num_steps]
   prior = jnp.sum(_gauss_kl(jnp.sqrt(abar_n) * x0, 1.0 - abar_n, 0.0, 1.0), axis=axes)
 
-  ts = jnp.asarray(timesteps[::-1][:-1])
-  ss = jnp.asarray(timesteps[::-1][1:])
   key_trans, key_dec = jax.random.split(key)
-  keys = jax.random.split(key_trans, ts.shape[0])
+  ts = jnp.asarray(np.concatenate([t[::-1][:-1] for t in lists]))
+  ss = jnp.asarray(np.concatenate([t[::-1][1:] for t in lists]))
+  keys = jnp.concatenate([jax.random.split(key_trans, len(t) - 1) for t in lists])
 
   def transition(inputs):
     t, s, k = inputs
@@ -260,26 +296,34 @@ def nelbo(predict: Predictor, schedule: Schedule, timesteps: np.ndarray, x0: Arr
 
   trans = jax.lax.map(transition, (ts, ss, keys))
 
-  t0 = jnp.asarray(timesteps[0])
   noise = prng.normal(key_dec, x0.shape, x0.dtype)
-  x_1 = q_sample(schedule, x0, jnp.full((x0.shape[0],), t0), noise)
-  eps_hat, x0_cov = predict(x_1, t0)
-  x0_hat, _ = predict_x0(schedule, x_1, t0, eps_hat, clip_x0)
-  if decoder_var is None:
-    var = x0_cov
-  else:  # NaN means "no override", so one compiled program serves every method.
-    decoder_var = jnp.asarray(decoder_var, x0.dtype)
-    var = jnp.where(jnp.isnan(decoder_var), x0_cov, decoder_var)
-  # A method whose x0-covariance hits its clip at 0 would give log(0); the floor keeps the
-  # bound finite (and huge), so such a failure shows as a number rather than a NaN.
-  var = jnp.maximum(jnp.broadcast_to(var, x0.shape), 1e-12)
-  if discrete_decoder:
-    decoder = -jnp.sum(discretized_gaussian_log_prob(x0, x0_hat, var), axis=axes)
-  else:
-    decoder = jnp.sum(0.5 * (jnp.log(2 * jnp.pi * var) + jnp.square(x0 - x0_hat) / var),
-                      axis=axes)
-  terms = jnp.concatenate([prior[None], trans, decoder[None]], axis=0)
-  return jnp.sum(terms, axis=0), terms
+  first = {}  # first timestep -> (x0_hat, x0_cov): one network call each
+  for t0 in sorted({int(t[0]) for t in lists}):
+    x_1 = q_sample(schedule, x0, jnp.full((x0.shape[0],), t0), noise)
+    eps_hat, x0_cov = predict(x_1, jnp.asarray(t0))
+    first[t0] = (predict_x0(schedule, x_1, jnp.asarray(t0), eps_hat, clip_x0)[0], x0_cov)
+
+  out, offset = [], 0
+  for seq, decoder_var in zip(lists, decoder_vars):
+    x0_hat, x0_cov = first[int(seq[0])]
+    if decoder_var is None:
+      var = x0_cov
+    else:  # NaN means "no override", so one compiled program serves every method.
+      decoder_var = jnp.asarray(decoder_var, x0.dtype)
+      var = jnp.where(jnp.isnan(decoder_var), x0_cov, decoder_var)
+    # A method whose x0-covariance hits its clip at 0 would give log(0); the floor keeps the
+    # bound finite (and huge), so such a failure shows as a number rather than a NaN.
+    var = jnp.maximum(jnp.broadcast_to(var, x0.shape), 1e-12)
+    if discrete_decoder:
+      decoder = -jnp.sum(discretized_gaussian_log_prob(x0, x0_hat, var), axis=axes)
+    else:
+      decoder = jnp.sum(0.5 * (jnp.log(2 * jnp.pi * var) + jnp.square(x0 - x0_hat) / var),
+                        axis=axes)
+    num = len(seq) - 1
+    terms = jnp.concatenate([prior[None], trans[offset:offset + num], decoder[None]], axis=0)
+    offset += num
+    out.append((jnp.sum(terms, axis=0), terms))
+  return out
 
 
 def discretized_gaussian_log_prob(x0: Array, mean: Array, var: Array,

@@ -86,57 +86,67 @@ def evaluate(methods: kernel.Methods, schedule: diffusion.Schedule, config, *,
   quality_steps = tuple(ev.get("quality_steps", ev.sample_steps))
   out["terms"] = {}
 
-  for num_k in ev.sample_steps:
-    ts = diffusion.skip_timesteps(int(num_k), schedule.num_steps)
-    bt_var = diffusion.beta_tilde_decoder_var(schedule, ts)
-    official_var = diffusion.official_decoder_var(schedule)
+  steps = [int(k) for k in ev.sample_steps]
+  all_ts = [diffusion.skip_timesteps(k, schedule.num_steps) for k in steps]
+  official_var = diffusion.official_decoder_var(schedule)
 
-    @jax.jit
-    def nelbo_fn(idx, x0, k, decoder_var, ts=ts):
-      bound, terms = diffusion.nelbo(lambda x, t: predict(x, t, idx), schedule, ts, x0, k,
-                                     eta=ev.eta, decoder_var=decoder_var, clip_x0=clip_x0,
-                                     discrete_decoder=is_image)
-      return jnp.mean(bound), jnp.mean(terms, axis=1)
+  # One NELBO program for every K (diffusion.nelbo_many: each K gets the draws nelbo gives
+  # it alone) and every method (idx switches the predictor), so the evaluation compiles one
+  # bound per data set instead of one per K.
+  @jax.jit
+  def nelbo_fn(idx, x0, k, decoder_vars):
+    bounds = diffusion.nelbo_many(lambda x, t: predict(x, t, idx), schedule, all_ts, x0, k,
+                                  eta=ev.eta, decoder_vars=list(decoder_vars),
+                                  clip_x0=clip_x0, discrete_decoder=is_image)
+    return [(jnp.mean(bound), jnp.mean(terms, axis=1)) for bound, terms in bounds]
+
+  bounds = {}
+  for idx, name in enumerate(names):
+    if decoder == "official":  # tilde_beta(1, 2) for every method (official likelihood.py)
+      dvs = [official_var] * len(steps)
+    elif name == "beta_tilde":
+      dvs = [diffusion.beta_tilde_decoder_var(schedule, ts) for ts in all_ts]
+    else:
+      dvs = [math.nan] * len(steps)
+    bounds[name] = jax.device_get(nelbo_fn(idx, eval_data, k_nelbo, jnp.asarray(dvs)))
+
+  x_T = prng.normal(k_noise, (ev.num_samples, *eval_data.shape[1:]), eval_data.dtype)
+  for i, (num_k, ts) in enumerate(zip(steps, all_ts)):
 
     @jax.jit
     def sample_fn(idx, x_T, k, eta, ts=ts):
       return diffusion.sample(lambda x, t: predict(x, t, idx), schedule, ts, x_T, k,
                               eta=eta, clip_x0=clip_x0)
 
-    x_T = prng.normal(k_noise, (ev.num_samples, *eval_data.shape[1:]), eval_data.dtype)
     nel, mmd, mmd_ddim, fid, bpd = {}, {}, {}, {}, {}
 
     terms = {}
     for idx, name in enumerate(names):
-      if decoder == "official":  # tilde_beta(1, 2) for every method (official likelihood.py)
-        dv = official_var
-      else:
-        dv = bt_var if name == "beta_tilde" else math.nan
-      total, per_term = nelbo_fn(idx, eval_data, k_nelbo, dv)
+      total, per_term = bounds[name][i]
       total = float(total)
       nel[name] = total / dim
       terms[name] = [float(v) / dim for v in np.asarray(per_term)]
       if is_image:  # the discretised decoder makes the bound a bound on -log P(8-bit image)
         bpd[name] = total / dim / math.log(2.0)
-      if int(num_k) in quality_steps:
+      if num_k in quality_steps:
         samples = sample_fn(idx, x_T, k_sample, ev.eta)
         if reference is not None:
           mmd[name] = float(sample_mmd(samples, reference, bandwidths))
           if num_k == quality_steps[0]:  # DDIM row and plots at the first K only
             samples_ddim = sample_fn(idx, x_T, k_sample, ev.ddim_eta)
             mmd_ddim[name] = float(sample_mmd(samples_ddim, reference, bandwidths))
-            out["samples"].setdefault(int(num_k), {})[name] = np.asarray(samples)
+            out["samples"].setdefault(num_k, {})[name] = np.asarray(samples)
         if fid_fn is not None:
           fid[name] = float(fid_fn(np.asarray(samples)))
       if verbose:
         print(f"[ocm eval] K={num_k} {name:>10s}: NELBO {nel[name]:.4f} nats/dim"
               + (f", MMD {mmd[name]:.2e}" if name in mmd else ""), flush=True)
 
-    out["nelbo"][int(num_k)] = nel
-    out["terms"][int(num_k)] = terms
+    out["nelbo"][num_k] = nel
+    out["terms"][num_k] = terms
     for field, value in (("mmd", mmd), ("mmd_ddim", mmd_ddim), ("fid", fid), ("bpd", bpd)):
       if value:
-        out[field][int(num_k)] = value
+        out[field][num_k] = value
 
   if methods.oracle is not None and len(ev.error_timesteps):
     out["head_error"] = head_errors(methods, schedule, config, eval_data, k_err)

@@ -261,6 +261,36 @@ def test_gaussian_data_nelbo_with_official_decoder(schedule):
     assert dec == pytest.approx(float(jnp.sum(0.5 * (jnp.log(2 * jnp.pi * v) + r))), abs=0.05)
 
 
+def test_nelbo_many_equals_one_nelbo_per_k(schedule):
+  """The evaluation's one program for every K gives each K the bound nelbo gives it alone
+  (same draws), with a per-K decoder variance (NaN: the method's own) and skip sequences
+  of different first steps."""
+  with enable_x64():
+    data = _gaussian(jnp.float64)
+    oracle = gmm.GMMOracle(data, schedule.abar)
+    abar = jnp.asarray(schedule.abar)
+
+    def predict(x_t, t):
+      eps, h = oracle.eps_and_h(x_t, t)
+      return eps, covariance.x0_covariance("exact", abar[t], eps_var=1 + h, max_var=10.0)
+
+    x0 = gmm.sample(data, jax.random.key(1), 64)
+    seqs = [diffusion.skip_timesteps(k, 1000) for k in (5, 10, 20)] + [np.array([3, 500, 1000])]
+    dvs = [0.01, float("nan"), diffusion.official_decoder_var(schedule), 0.02]
+    key = jax.random.key(7)
+    many = jax.jit(lambda x, k, v: diffusion.nelbo_many(
+        predict, schedule, seqs, x, k, decoder_vars=list(v)))(x0, key, jnp.asarray(dvs))
+    for ts, dv, (bound, terms) in zip(seqs, dvs, many):
+      one_bound, one_terms = jax.jit(lambda x, k, v, ts=ts: diffusion.nelbo(
+          predict, schedule, ts, x, k, decoder_var=v))(x0, key, dv)
+      assert terms.shape == (len(ts) + 1, 64)
+      np.testing.assert_allclose(terms, one_terms, rtol=1e-12, atol=1e-12)
+      np.testing.assert_allclose(bound, one_bound, rtol=1e-12)
+    assert not np.allclose(many[0][0], many[2][0])  # K changes the bound
+    with pytest.raises(ValueError, match="decoder_vars"):
+      diffusion.nelbo_many(predict, schedule, seqs, x0, key, decoder_vars=[0.1])
+
+
 def test_discretized_gaussian_decoder_is_a_distribution():
   with enable_x64():
     levels = jnp.linspace(-1.0, 1.0, 256)
