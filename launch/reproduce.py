@@ -20,6 +20,7 @@ check's name.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import json
 import os
 import pathlib
@@ -71,6 +72,31 @@ def launch_order(names: list[str]) -> list[str]:
   return sorted(names, key=lambda n: -reproduce.CPU_SECONDS.get(n, -1.0))
 
 
+def unit_xla_flags(name: str, preset: str) -> list[str]:
+  """The registered extra XLA flags of unit ``name`` at ``preset`` (none at ``smoke``, which
+  is compile-bound) that this process's ``XLA_FLAGS`` lacks."""
+  from jaxlib_papers.core import reproduce  # pylint: disable=g-import-not-at-top
+  if preset == "smoke":
+    return []
+  have = os.environ.get("XLA_FLAGS", "").split()
+  return [f for f in reproduce.XLA_FLAGS.get(name, "").split()
+          if f not in have and _xla_accepts(f)]
+
+
+@functools.lru_cache(maxsize=None)
+def _xla_accepts(flag: str) -> bool:
+  """Whether the installed jaxlib starts with ``flag`` (an unknown XLA flag aborts the
+  process; experimental flags come and go between releases): a unit whose flag is not
+  accepted runs with XLA's defaults, and the log says so."""
+  probe = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"],
+                         env={**os.environ, "XLA_FLAGS": flag, "JAX_PLATFORMS": "cpu"},
+                         capture_output=True, timeout=300, check=False)
+  if probe.returncode != 0:
+    print(f"[reproduce] this jaxlib does not accept the XLA flag {flag}; running without it",
+          flush=True)
+  return probe.returncode == 0
+
+
 def _run_in_subprocesses(names: list[str], jobs: int, preset: str, data_dir, report_dir,
                          seed: int) -> tuple[list[dict], list[str]]:
   """Each check in its own ``launch.reproduce --only=<check> --jobs=1`` process, ``jobs``
@@ -99,9 +125,14 @@ def _run_in_subprocesses(names: list[str], jobs: int, preset: str, data_dir, rep
             f"--rows_out={rows_out}", f"--cpus={','.join(map(str, share))}"]
     if data_dir is not None:
       args.append(f"--data_dir={data_dir}")
+    env = dict(os.environ)
+    extra = unit_xla_flags(name, preset)
+    if extra:
+      env["XLA_FLAGS"] = " ".join([env.get("XLA_FLAGS", "")] + extra).strip()
+      print(f"[{name}] [reproduce] with XLA flags {' '.join(extra)}", flush=True)
     start = time.perf_counter()
     with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          cwd=pathlib.Path(__file__).resolve().parents[1]) as proc:
+                          cwd=pathlib.Path(__file__).resolve().parents[1], env=env) as proc:
       for line in proc.stdout:
         print(f"[{name}] {line}", end="", flush=True)
     if rows_out.is_file():
@@ -180,9 +211,13 @@ def run(preset: str = "cpu", only: list[str] | None = None, data_dir=None,
   rows, failed = [], []
   clock = _CompileClock() if names else None
   units = reproduce.units(names) if jobs > 1 else names
+  # A unit with registered XLA flags runs in its own process, started with them.
+  flagged = any(unit_xla_flags(u, preset) for u in reproduce.units(names))
+  if flagged:
+    units = reproduce.units(names)
   print(f"[reproduce] preset={preset} checks={names} jobs={min(jobs, len(units))}", flush=True)
   print(f"[reproduce] data: {data_summary(data_dir)}", flush=True)
-  if len(units) > 1 and jobs > 1:
+  if (len(units) > 1 and jobs > 1) or flagged:
     rows, failed = _run_in_subprocesses(units, jobs, preset, data_dir, report_dir, seed)
     names = []
   for name in names:

@@ -131,6 +131,27 @@ def test_parallel_checks_start_longest_first():
   assert order[:len(known)] == known  # checks without a measured time come last
 
 
+def test_units_with_registered_xla_flags_get_them_in_their_own_process(monkeypatch):
+  """A unit's registered XLA flags apply at cpu / full (not smoke), once: a process that
+  already has them runs the unit itself; a flag naming no part is rejected."""
+  from jaxlib_papers.core import reproduce  # pylint: disable=g-import-not-at-top
+  from launch import reproduce as launcher  # pylint: disable=g-import-not-at-top
+  reproduce.load_all()
+  monkeypatch.setattr(launcher, "_xla_accepts", lambda flag: True)
+  flag = reproduce.XLA_FLAGS["fsbm/stunnel"]
+  monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=1")
+  assert launcher.unit_xla_flags("fsbm/stunnel", "cpu") == [flag]
+  assert launcher.unit_xla_flags("fsbm/stunnel", "smoke") == []
+  assert launcher.unit_xla_flags("fsbm/opinion", "cpu") == []
+  monkeypatch.setenv("XLA_FLAGS", f"--xla_backend_optimization_level=1 {flag}")
+  assert launcher.unit_xla_flags("fsbm/stunnel", "cpu") == []
+  monkeypatch.setattr(launcher, "_xla_accepts", lambda flag: False)  # an older jaxlib
+  monkeypatch.setenv("XLA_FLAGS", "")
+  assert launcher.unit_xla_flags("fsbm/stunnel", "cpu") == []
+  with pytest.raises(ValueError, match="xla_flags"):
+    reproduce.register("no_such_check", parts=("a",), xla_flags={"b": flag})
+
+
 def test_every_check_is_registered():
   from jaxlib_papers.core import reproduce  # pylint: disable=g-import-not-at-top
   papers = {p.parent.name for p in (REPO / "jaxlib_papers").glob("*/reproduce.py")}

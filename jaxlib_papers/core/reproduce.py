@@ -101,10 +101,13 @@ PARTS: dict[str, tuple[str, ...]] = {}
 # core (two units at once on 2 cores, each pinned to its own): ``launch.reproduce --jobs=N``
 # starts the longest first so the last one does not run alone.
 CPU_SECONDS: dict[str, float] = {}
+# Unit ("<check>" or "<check>/<part>") -> extra XLA flags for it at cpu / full (register).
+XLA_FLAGS: dict[str, str] = {}
 
 
 def register(name: str, *, cpu_seconds: float | dict[str, float] | None = None,
-             parts: tuple[str, ...] = ()) -> Callable[[Check], Check]:
+             parts: tuple[str, ...] = (), xla_flags: dict[str, str] | None = None
+             ) -> Callable[[Check], Check]:
   """Decorator: ``@register("fsbm", cpu_seconds=300) def check(ctx): ...``.
 
   Args:
@@ -115,11 +118,19 @@ def register(name: str, *, cpu_seconds: float | dict[str, float] | None = None,
     parts: names of independent parts of the check (``--only=<name>/<part>`` runs one; the
       check runs those for which ``ctx.runs(part)`` is true and returns their claims in a
       fixed order). Empty: the check is one unit.
+    xla_flags: ``{unit: flags}`` (unit: a part's name, or ``name`` itself), extra XLA flags
+      measured to speed that unit up at the ``cpu`` and ``full`` presets. ``launch.reproduce``
+      then runs the unit in its own process with them appended to ``XLA_FLAGS`` (flags are
+      read once, when a process starts its backend).
   """
   parts = tuple(parts)
   if isinstance(cpu_seconds, dict) and set(cpu_seconds) != set(parts):
     raise ValueError(f"cpu_seconds of {name!r} must name each of its parts {parts}, got "
                      f"{sorted(cpu_seconds)}")
+  xla_flags = dict(xla_flags or {})
+  if set(xla_flags) - set(parts or (name,)):
+    raise ValueError(f"xla_flags of {name!r} must name its parts {parts or (name,)}, got "
+                     f"{sorted(xla_flags)}")
 
   def wrap(fn: Check) -> Check:
     REGISTRY[name] = fn
@@ -129,6 +140,8 @@ def register(name: str, *, cpu_seconds: float | dict[str, float] | None = None,
       CPU_SECONDS.update({f"{name}/{p}": float(s) for p, s in cpu_seconds.items()})
     elif cpu_seconds is not None:
       CPU_SECONDS[name] = float(cpu_seconds)
+    XLA_FLAGS.update({(name if unit == name else f"{name}/{unit}"): flags
+                      for unit, flags in xla_flags.items()})
     return fn
   return wrap
 
