@@ -226,6 +226,17 @@ def test_gaussian_data_ocm_head_then_sampler(schedule):
     np.testing.assert_allclose(samples.var(0), std**2, rtol=4 * np.sqrt(2 / n) + 2e-3)
 
 
+def _exact_predictor(data, schedule):
+  """The oracle's exact eps and x0-covariance as a NELBO predictor (call inside x64)."""
+  oracle = gmm.GMMOracle(data, schedule.abar)
+  abar = jnp.asarray(schedule.abar)
+
+  def predict(x_t, t):
+    eps, h = oracle.eps_and_h(x_t, t)
+    return eps, covariance.x0_covariance("exact", abar[t], eps_var=1 + h, max_var=10.0)
+  return predict
+
+
 def test_gaussian_data_nelbo_with_official_decoder(schedule):
   """The official protocol fixes the decoder variance to tilde_beta(1, 2) for every method.
 
@@ -234,12 +245,7 @@ def test_gaussian_data_nelbo_with_official_decoder(schedule):
   """
   with enable_x64():
     data = _gaussian(jnp.float64)
-    oracle = gmm.GMMOracle(data, schedule.abar)
-    abar = jnp.asarray(schedule.abar)
-
-    def predict(x_t, t):
-      eps, h = oracle.eps_and_h(x_t, t)
-      return eps, covariance.x0_covariance("exact", abar[t], eps_var=1 + h, max_var=10.0)
+    predict = _exact_predictor(data, schedule)
 
     v = diffusion.official_decoder_var(schedule)
     b = schedule.abar
@@ -267,12 +273,7 @@ def test_nelbo_many_equals_one_nelbo_per_k(schedule):
   of different first steps."""
   with enable_x64():
     data = _gaussian(jnp.float64)
-    oracle = gmm.GMMOracle(data, schedule.abar)
-    abar = jnp.asarray(schedule.abar)
-
-    def predict(x_t, t):
-      eps, h = oracle.eps_and_h(x_t, t)
-      return eps, covariance.x0_covariance("exact", abar[t], eps_var=1 + h, max_var=10.0)
+    predict = _exact_predictor(data, schedule)
 
     x0 = gmm.sample(data, jax.random.key(1), 64)
     seqs = [diffusion.skip_timesteps(k, 1000) for k in (5, 10, 20)] + [np.array([3, 500, 1000])]
