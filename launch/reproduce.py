@@ -238,9 +238,9 @@ def run(preset: str = "cpu", only: list[str] | None = None, data_dir=None,
     seconds = time.perf_counter() - start
     for i, claim in enumerate(claims):
       row = {"check": check, **claim.__dict__, "seconds": seconds if i == 0 else None}
-      row["holds"] = bool(row["holds"])
+      row["holds"] = None if row["holds"] is None else bool(row["holds"])
       rows.append(row)
-    print(f"[reproduce] {name}: {sum(c.holds for c in claims)}/{len(claims)} claims hold "
+    print(f"[reproduce] {name}: {reproduce.tally([c.holds for c in claims])} "
           f"({seconds:.1f} s, of which {clock.seconds - compile_start:.1f} s tracing and "
           "compiling)", flush=True)
   if clock is not None:
@@ -255,7 +255,12 @@ def run(preset: str = "cpu", only: list[str] | None = None, data_dir=None,
   return rows
 
 
+_HOLDS = {True: "yes", False: "NO", None: "not run"}
+
+
 def _write_report(rows, report_dir: pathlib.Path, preset, data: str) -> None:
+  """``report.md`` (the claims table, a line of totals, the plots) and ``report.json``."""
+  from jaxlib_papers.core import reproduce  # pylint: disable=g-import-not-at-top
   report_dir.mkdir(parents=True, exist_ok=True)
   header = "| check | claim | paper | ours | holds | data | seconds |"
   lines = [f"# Reproduction report (preset `{preset}`)", "",
@@ -264,8 +269,10 @@ def _write_report(rows, report_dir: pathlib.Path, preset, data: str) -> None:
   for r in rows:
     secs = "" if r["seconds"] is None else f"{r['seconds']:.1f}"
     lines.append(f"| {r['check']} | {_cell(r['claim'])} | {_cell(r['paper'])} | "
-                 f"{_cell(r['ours'])} | {'yes' if r['holds'] else 'NO'} | {_cell(r['data'])} "
+                 f"{_cell(r['ours'])} | {_HOLDS[r['holds']]} | {_cell(r['data'])} "
                  f"| {secs} |")
+  total = reproduce.tally([r["holds"] for r in rows])
+  lines += ["", f"All checks: {total}."]
   plots = sorted(report_dir.rglob("*.png"))
   if plots:
     lines += ["", "## Plots", ""]
@@ -273,6 +280,7 @@ def _write_report(rows, report_dir: pathlib.Path, preset, data: str) -> None:
   (report_dir / "report.md").write_text("\n".join(lines) + "\n")
   (report_dir / "report.json").write_text(json.dumps(rows, indent=1))
   print("\n".join(lines[4:]), flush=True)
+  print(f"[reproduce] all checks: {total}", flush=True)
   print(f"[reproduce] report written to {report_dir / 'report.md'}", flush=True)
 
 

@@ -35,9 +35,24 @@ class Claim:
   claim: str          # what is asserted, with its threshold
   paper: str          # the paper's (or the official code's) number, or "-"
   ours: str           # our measured number(s)
-  holds: bool         # does our number meet the claim's threshold
+  holds: bool | None  # does our number meet the claim's threshold; None: not run (see
+  #                     not_run: ``ours`` says why), counted apart from held and missed
   data: str = "generated"  # Context.data_label: "shared: <file>", "fetched: <file>",
   #                           "generated (offline: <file>)" or "generated"
+
+  @classmethod
+  def not_run(cls, claim: str, paper: str, reason: str, data: str) -> "Claim":
+    """A claim the check could not run here (e.g. its measured data set is not available
+    offline and nothing generated can stand in for it): the report keeps its row, says why,
+    and counts it neither as held nor as missed."""
+    return cls(claim, paper, f"not run: {reason}", None, data)
+
+
+def tally(holds: list[bool | None]) -> str:
+  """``"3/4 claims hold"``, plus ``", 1 not run"`` when some claims could not run."""
+  ran = [h for h in holds if h is not None]
+  text = f"{sum(bool(h) for h in ran)}/{len(ran)} claims hold"
+  return text + (f", {len(holds) - len(ran)} not run" if len(ran) < len(holds) else "")
 
 
 @dataclasses.dataclass

@@ -89,3 +89,18 @@ def test_gene_csv_loads_with_paper_counts():
                         expected_times=[0, 1, 2, 3, 4])
   assert snaps.counts.tolist() == [400, 442, 530, 690, 969]
   assert snaps.dim == 2
+
+
+def test_emt_claim_offline_is_kept_as_not_run(tmp_path, monkeypatch):
+  # Offline with no local copy the EMT claim (measured data, no generated stand-in) keeps
+  # its row, marked not run with the reason, before any training starts.
+  from jaxlib_papers.core.reproduce import Context  # pylint: disable=g-import-not-at-top
+  from jaxlib_papers.ruot import reproduce  # pylint: disable=g-import-not-at-top
+  monkeypatch.delenv(datasets.ENV_DATA_DIR, raising=False)
+  monkeypatch.setenv(datasets.ENV_CACHE, str(tmp_path / "empty_cache"))
+  monkeypatch.setenv(datasets.ENV_OFFLINE, "1")
+  claims, table = reproduce._emt_claims(Context(preset="cpu", report_dir=tmp_path / "r"))  # pylint: disable=protected-access
+  assert len(claims) == 1 and claims[0].holds is None, claims
+  assert claims[0].claim.startswith("EMT (10-D)") and "20+10 passes" in claims[0].claim
+  assert claims[0].ours.startswith("not run: ruot/emt.csv could not be fetched")
+  assert claims[0].data == "none (offline: ruot/emt.csv)" and "not run" in table[0]
