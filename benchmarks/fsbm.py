@@ -53,7 +53,9 @@ the keypoints are handed to it as a tensor whose ``.to`` keeps them where they a
 OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE (set on some machines for old OpenBLAS builds) slow a
 current NumPy: unset them for this command only, as above. One BLAS thread; torch threads as
 given (``--torch_threads``, default 2: this machine's cores, which XLA:CPU's own thread pool
-uses too). ``--profile`` adds where one CondSOC iteration's time goes on each side.
+uses too). ``--profile`` adds where one CondSOC iteration's time goes on each side. Ours runs
+with the XLA flags ``launch.reproduce`` gives the S-tunnel part (``--xla_flags=default``:
+XLA's own defaults).
 """
 
 from __future__ import annotations
@@ -606,7 +608,18 @@ def main():
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--profile", action="store_true")
   parser.add_argument("--profile_repeats", type=int, default=20)
+  parser.add_argument("--xla_flags", choices=("reproduce", "default"), default="reproduce",
+                      help="ours with the XLA flags the reproduction registers for the "
+                           "S-tunnel part (today: no YNN reduction fusions), or XLA's defaults")
   args = parser.parse_args()
+  extra = []
+  if args.xla_flags == "reproduce":  # before jax starts its backend, which reads XLA_FLAGS
+    from launch import reproduce as launcher  # pylint: disable=g-import-not-at-top
+    importlib.import_module("jaxlib_papers.fsbm.reproduce")  # registers its parts' flags
+    extra = launcher.unit_xla_flags("fsbm/stunnel", "cpu")
+    os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", "")] + extra).strip()
+  print(f"ours: XLA flags {' '.join(extra) or '(XLA defaults)'}, as "
+        f"{'the reproduction runs the S-tunnel part' if extra else 'given'}", flush=True)
   if os.environ.get("OPENBLAS_CORETYPE") or os.environ.get("OPENBLAS_L2_SIZE"):
     print("note: OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are set; they slow the official "
           "side's NumPy (unset them for this command)", flush=True)
