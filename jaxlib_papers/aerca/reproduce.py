@@ -50,7 +50,7 @@ def _plot(ctx: Context, name: str, res: dict) -> None:
   figures.save(fig, ctx.report_dir / f"aerca_{name}.png", dpi=80)
 
 
-@register("aerca", cpu_seconds=176)
+@register("aerca", cpu_seconds=62)
 def check(ctx: Context) -> list[Claim]:
   claims: list[Claim] = []
   summary = {}

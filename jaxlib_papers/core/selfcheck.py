@@ -76,7 +76,7 @@ def _ou_claim(preset: str, seed: int) -> reproduce.Claim:
       ours=f"mean {mean:.4f}, var {var:.4f}", holds=holds)
 
 
-@reproduce.register("core", cpu_seconds=11)
+@reproduce.register("core", cpu_seconds=5)
 def check(ctx: reproduce.Context) -> list[reproduce.Claim]:
   return [_entropic_gaussian_claim(ctx.preset), _w2_claim(ctx.preset, ctx.seed),
           _ou_claim(ctx.preset, ctx.seed)]

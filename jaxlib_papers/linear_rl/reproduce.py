@@ -74,7 +74,7 @@ def regret_figure(curves: dict[str, np.ndarray], title: str):
   return fig
 
 
-@register("linear_rl", cpu_seconds=225)
+@register("linear_rl", cpu_seconds=87)
 def check(ctx: Context) -> list[Claim]:
   sizes = _SIZES[ctx.preset]
   claims: list[Claim] = []
