@@ -615,9 +615,7 @@ def main():
   extra = []
   if args.xla_flags == "reproduce":  # before jax starts its backend, which reads XLA_FLAGS
     from launch import reproduce as launcher  # pylint: disable=g-import-not-at-top
-    importlib.import_module("jaxlib_papers.fsbm.reproduce")  # registers its parts' flags
-    extra = launcher.unit_xla_flags("fsbm/stunnel", "cpu")
-    os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", "")] + extra).strip()
+    extra = launcher.use_unit_xla_flags("fsbm/stunnel")
   print(f"ours: XLA flags {' '.join(extra) or '(XLA defaults)'}, as "
         f"{'the reproduction runs the S-tunnel part' if extra else 'given'}", flush=True)
   if os.environ.get("OPENBLAS_CORETYPE") or os.environ.get("OPENBLAS_L2_SIZE"):

@@ -6,14 +6,15 @@ r"""OCM speed: one head training step and one K=10 sampling pass, ours and the o
       python benchmarks/ocm.py --official_dir=/tmp/OCM_DPM --torch_threads=2
 
 Both sides run in this one process, alternating (ours, official, ours, official, ...) after
-a warm-up, on the same network: the `cpu` preset's residual MLP eps network (2-D ring,
-width 128, 3 blocks, time embedding 64) with its 2 x 128 covariance head, batch 256 for the
-head step and 2000 samples for sampling. The official repository has no vector network (its
-models are CIFAR/ImageNet UNets), so the official *functions* run on a torch twin of our
-network, built here: the same layers and widths, our parameters copied in (the outputs are
-checked to agree), arranged like the official pretrained-backbone class (frozen eps network,
-head on its last features, both outputs concatenated on the channel axis of an
-[B, 2 D, 1, 1] tensor, which is what the official wrapper splits).
+a warm-up (ours with the XLA flags ``launch.reproduce`` gives the ocm check;
+``--xla_flags=default``: XLA's own), on the same network: the `cpu` preset's residual MLP
+eps network (2-D ring, width 128, 3 blocks, time embedding 64) with its 2 x 128 covariance
+head, batch 256 for the head step and 2000 samples for sampling. The official repository has
+no vector network (its models are CIFAR/ImageNet UNets), so the official *functions* run on
+a torch twin of our network, built here: the same layers and widths, our parameters copied
+in (the outputs are checked to agree), arranged like the official pretrained-backbone class
+(frozen eps network, head on its last features, both outputs concatenated on the channel
+axis of an [B, 2 D, 1, 1] tensor, which is what the official wrapper splits).
 
 * head step, official: one iteration of the official training loop's body, i.e. its
   ``DTDSDM.update`` on the ``eps_hes`` wrapper (the probe target grad_x (s . v) by autograd
@@ -457,7 +458,16 @@ def main():
                       help="head steps per timed sample (sampling: a quarter of it)")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--profile", action="store_true")
+  parser.add_argument("--xla_flags", choices=("reproduce", "default"), default="reproduce",
+                      help="ours with the XLA flags the reproduction registers for the ocm "
+                           "check, or XLA's defaults")
   args = parser.parse_args()
+  extra = []
+  if args.xla_flags == "reproduce":  # before jax starts its backend, which reads XLA_FLAGS
+    from launch import reproduce as launcher  # pylint: disable=g-import-not-at-top
+    extra = launcher.use_unit_xla_flags("ocm")
+  print(f"ours: XLA flags {' '.join(extra) or '(XLA defaults)'}, as "
+        f"{'the reproduction runs the ocm check' if extra else 'given'}", flush=True)
   if int(config.model.head_depth) != 2:
     raise ValueError("the benchmark builds a 2-layer head")
   if os.environ.get("OPENBLAS_CORETYPE") or os.environ.get("OPENBLAS_L2_SIZE"):

@@ -83,6 +83,25 @@ def unit_xla_flags(name: str, preset: str) -> list[str]:
           if f not in have and _xla_accepts(f)]
 
 
+def use_unit_xla_flags(name: str, preset: str = "cpu") -> list[str]:
+  """Appends to this process's ``XLA_FLAGS`` the flags unit ``name`` (``"ocm"``,
+  ``"fsbm/stunnel"``) runs with in the reproduction, so that a benchmark times our code as
+  the main job runs it; returns them. Call it before jax starts its backend (the first array
+  operation), which reads ``XLA_FLAGS`` once; after that it raises instead of silently
+  timing XLA's defaults."""
+  import importlib  # pylint: disable=g-import-not-at-top
+
+  from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
+  importlib.import_module(f"jaxlib_papers.{name.partition('/')[0]}.reproduce")  # registers
+  extra = unit_xla_flags(name, preset)
+  if extra and xla_bridge.backends_are_initialized():
+    raise RuntimeError(f"use_unit_xla_flags({name!r}): jax's backend has already started, so "
+                       f"the flags {extra} would not apply; call it before any jax operation")
+  if extra:
+    os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", "")] + extra).strip()
+  return extra
+
+
 @functools.lru_cache(maxsize=None)
 def _xla_accepts(flag: str) -> bool:
   """Whether the installed jaxlib starts with ``flag`` (an unknown XLA flag aborts the

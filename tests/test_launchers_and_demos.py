@@ -173,6 +173,20 @@ def test_units_with_registered_xla_flags_get_them_in_their_own_process(monkeypat
     reproduce.register("no_such_check", parts=("a",), xla_flags={"b": flag})
 
 
+def test_benchmarks_get_a_units_flags_only_before_jax_starts(monkeypatch):
+  """``use_unit_xla_flags`` (the benchmarks time ours with the reproduction's flags) refuses
+  once jax's backend has started, since the flags would silently not apply."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from launch import reproduce as launcher  # pylint: disable=g-import-not-at-top
+  jax.devices()  # the backend has started
+  monkeypatch.setattr(launcher, "_xla_accepts", lambda flag: True)
+  monkeypatch.setenv("XLA_FLAGS", "")
+  assert launcher.use_unit_xla_flags("fsbm/stunnel", "smoke") == []  # smoke: no flags
+  with pytest.raises(RuntimeError, match="already started"):
+    launcher.use_unit_xla_flags("fsbm/stunnel", "cpu")
+  assert os.environ["XLA_FLAGS"] == ""
+
+
 def test_every_check_is_registered():
   from jaxlib_papers.core import reproduce  # pylint: disable=g-import-not-at-top
   papers = {p.parent.name for p in (REPO / "jaxlib_papers").glob("*/reproduce.py")}
