@@ -177,6 +177,7 @@ def test_benchmarks_get_a_units_flags_only_before_jax_starts(monkeypatch):
   """``use_unit_xla_flags`` (the benchmarks time ours with the reproduction's flags) refuses
   once jax's backend has started, since the flags would silently not apply."""
   import jax  # pylint: disable=g-import-not-at-top
+
   from launch import reproduce as launcher  # pylint: disable=g-import-not-at-top
   jax.devices()  # the backend has started
   monkeypatch.setattr(launcher, "_xla_accepts", lambda flag: True)
