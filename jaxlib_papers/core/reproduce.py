@@ -86,17 +86,19 @@ class Context:
     if self.data_dir is not None:
       self.data_dir = pathlib.Path(self.data_dir)
 
-  def data_file(self, relative: str) -> pathlib.Path | None:
+  def data_file(self, relative: str, *,
+                fallback: str = "using generated data instead") -> pathlib.Path | None:
     """The official file ``relative`` (a ``datasets.REGISTRY`` name, e.g. "ruot/emt.csv"):
     ``data_dir`` first, then the cache, then a checked download. None when it cannot be
-    fetched (offline): one line says so and the caller falls back to generated data. A local
-    file with the wrong sha256 raises ``datasets.DataIntegrityError``."""
+    fetched (offline): one line says so and what the caller does instead (``fallback``;
+    by default it falls back to generated data). A local file with the wrong sha256 raises
+    ``datasets.DataIntegrityError``."""
     if relative not in self._data:
       try:
         path, origin = datasets.locate(relative, self.data_dir)
         self._data[relative] = (path, f"{origin}: {relative}")
       except datasets.DataUnavailable as e:
-        print(f"[data] not available, using generated data instead: {e}", flush=True)
+        print(f"[data] not available, {fallback}: {e}", flush=True)
         self._data[relative] = (None, f"generated (offline: {relative})")
     return self._data[relative][0]
 

@@ -148,7 +148,7 @@ def _gene_claims(ctx: Context) -> tuple[list[Claim], list[str]]:
 def _emt_claims(ctx: Context) -> tuple[list[Claim], list[str]]:
   config = get_config(ctx.preset)
   passes = f"{config.emt.stage1_passes}+{config.emt.stage2_passes}"
-  path = ctx.data_file("ruot/emt.csv")
+  path = ctx.data_file("ruot/emt.csv", fallback="the EMT claim is not run")
   if path is None:  # measured single-cell data: nothing generated can stand in for it
     reason = ("ruot/emt.csv could not be fetched (offline) and, being measured single-cell "
               "data, has no generated stand-in; place the file as the [data] line says")

@@ -91,7 +91,7 @@ def test_gene_csv_loads_with_paper_counts():
   assert snaps.dim == 2
 
 
-def test_emt_claim_offline_is_kept_as_not_run(tmp_path, monkeypatch):
+def test_emt_claim_offline_is_kept_as_not_run(tmp_path, monkeypatch, capsys):
   # Offline with no local copy the EMT claim (measured data, no generated stand-in) keeps
   # its row, marked not run with the reason, before any training starts.
   from jaxlib_papers.core.reproduce import Context  # pylint: disable=g-import-not-at-top
@@ -104,3 +104,4 @@ def test_emt_claim_offline_is_kept_as_not_run(tmp_path, monkeypatch):
   assert claims[0].claim.startswith("EMT (10-D)") and "20+10 passes" in claims[0].claim
   assert claims[0].ours.startswith("not run: ruot/emt.csv could not be fetched")
   assert claims[0].data == "none (offline: ruot/emt.csv)" and "not run" in table[0]
+  assert "[data] not available, the EMT claim is not run: " in capsys.readouterr().out
