@@ -617,7 +617,8 @@ def main():
     from launch import reproduce as launcher  # pylint: disable=g-import-not-at-top
     extra = launcher.use_unit_xla_flags("fsbm/stunnel")
   print(f"ours: XLA flags {' '.join(extra) or '(XLA defaults)'}, as "
-        f"{'the reproduction runs the S-tunnel part' if extra else 'given'}", flush=True)
+        + ("the reproduction runs the S-tunnel part" if args.xla_flags == "reproduce"
+           else "asked (--xla_flags=default)"), flush=True)
   if os.environ.get("OPENBLAS_CORETYPE") or os.environ.get("OPENBLAS_L2_SIZE"):
     print("note: OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are set; they slow the official "
           "side's NumPy (unset them for this command)", flush=True)

@@ -467,7 +467,8 @@ def main():
     from launch import reproduce as launcher  # pylint: disable=g-import-not-at-top
     extra = launcher.use_unit_xla_flags("ocm")
   print(f"ours: XLA flags {' '.join(extra) or '(XLA defaults)'}, as "
-        f"{'the reproduction runs the ocm check' if extra else 'given'}", flush=True)
+        + ("the reproduction runs the ocm check" if args.xla_flags == "reproduce"
+           else "asked (--xla_flags=default)"), flush=True)
   if int(config.model.head_depth) != 2:
     raise ValueError("the benchmark builds a 2-layer head")
   if os.environ.get("OPENBLAS_CORETYPE") or os.environ.get("OPENBLAS_L2_SIZE"):
