@@ -612,13 +612,8 @@ def main():
                       help="ours with the XLA flags the reproduction registers for the "
                            "S-tunnel part (today: no YNN reduction fusions), or XLA's defaults")
   args = parser.parse_args()
-  extra = []
-  if args.xla_flags == "reproduce":  # before jax starts its backend, which reads XLA_FLAGS
-    from launch import reproduce as launcher  # pylint: disable=g-import-not-at-top
-    extra = launcher.use_unit_xla_flags("fsbm/stunnel")
-  print(f"ours: XLA flags {' '.join(extra) or '(XLA defaults)'}, as "
-        + ("the reproduction runs the S-tunnel part" if args.xla_flags == "reproduce"
-           else "asked (--xla_flags=default)"), flush=True)
+  from launch import reproduce as launcher  # pylint: disable=g-import-not-at-top
+  launcher.benchmark_xla_flags("fsbm/stunnel", args.xla_flags)  # before jax starts its backend
   if os.environ.get("OPENBLAS_CORETYPE") or os.environ.get("OPENBLAS_L2_SIZE"):
     print("note: OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are set; they slow the official "
           "side's NumPy (unset them for this command)", flush=True)

@@ -462,13 +462,8 @@ def main():
                       help="ours with the XLA flags the reproduction registers for the ocm "
                            "check, or XLA's defaults")
   args = parser.parse_args()
-  extra = []
-  if args.xla_flags == "reproduce":  # before jax starts its backend, which reads XLA_FLAGS
-    from launch import reproduce as launcher  # pylint: disable=g-import-not-at-top
-    extra = launcher.use_unit_xla_flags("ocm")
-  print(f"ours: XLA flags {' '.join(extra) or '(XLA defaults)'}, as "
-        + ("the reproduction runs the ocm check" if args.xla_flags == "reproduce"
-           else "asked (--xla_flags=default)"), flush=True)
+  from launch import reproduce as launcher  # pylint: disable=g-import-not-at-top
+  launcher.benchmark_xla_flags("ocm", args.xla_flags)  # before jax starts its backend
   if int(config.model.head_depth) != 2:
     raise ValueError("the benchmark builds a 2-layer head")
   if os.environ.get("OPENBLAS_CORETYPE") or os.environ.get("OPENBLAS_L2_SIZE"):

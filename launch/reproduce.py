@@ -102,6 +102,19 @@ def use_unit_xla_flags(name: str, preset: str = "cpu") -> list[str]:
   return extra
 
 
+def benchmark_xla_flags(name: str, mode: str) -> list[str]:
+  """A benchmark's ``--xla_flags``: ``"reproduce"`` times ours with unit ``name``'s
+  reproduction flags (``use_unit_xla_flags``), ``"default"`` with XLA's own; prints one line
+  saying which, returns the flags added."""
+  if mode not in ("reproduce", "default"):
+    raise ValueError(f"--xla_flags must be 'reproduce' or 'default', got {mode!r}")
+  extra = use_unit_xla_flags(name) if mode == "reproduce" else []
+  print(f"ours: XLA flags {' '.join(extra) or '(XLA defaults)'}, as "
+        + (f"the reproduction runs {name}" if mode == "reproduce"
+           else "asked (--xla_flags=default)"), flush=True)
+  return extra
+
+
 @functools.lru_cache(maxsize=None)
 def _xla_accepts(flag: str) -> bool:
   """Whether the installed jaxlib starts with ``flag`` (an unknown XLA flag aborts the
