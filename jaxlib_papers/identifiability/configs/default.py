@@ -43,12 +43,12 @@ _BASE = dict(
         normalize_head=(False,),  # one variant each: renormalise W's rows every step
         normalize_features=False,  # f(x) on the sphere (temperature when W is too)
     ),
-    optim=dict(learning_rate=3e-3, batch_size=256, steps_per_call=50,
+    optim=dict(learning_rate=3e-3, batch_size=1024, steps_per_call=50,   # batch: paper's
                cosine_decay=True),   # cosine decay of the step size over the run
     eval=dict(num_samples=8192, seed=1),
     sprites=dict(
         size=32, num_scales=6, num_positions=16, supersample=4,
-        hidden=(256, 256, 256),   # paper: 3 x [Linear 512, BN, ReLU]
+        hidden=(512, 512, 512),   # the paper's 3 x [Linear 512, BN, ReLU]
         batch_size=256, learning_rate=1e-3, steps_per_call=50,
         val_fraction=0.1, test_fraction=0.1,
     ),
@@ -70,8 +70,7 @@ _OVERRIDES = {
         "num_seeds": 5, "model.hidden": (), "dgp.mixing_candidates": 25000,
         "optim.learning_rate": 1e-3, "optim.batch_size": 1024, "optim.cosine_decay": False,
         "optim.steps_per_call": 100, "loop.num_steps": 500, "loop.log_every": 10,
-        "loop.checkpoint_every": 50,
-        "sprites.hidden": (512, 512, 512), "sprites.batch_size": 4096,
+        "loop.checkpoint_every": 50, "sprites.batch_size": 4096,
     },
 }
 
