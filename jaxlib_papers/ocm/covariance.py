@@ -64,6 +64,11 @@ def ocm_target(backbone_fn: Callable[[Array], tuple[Array, Array]], x_t: Array,
 
 PARAMETERISATIONS = ("linear", "exp", "softplus")
 HEAD_LOSSES = ("mse", "rmse", "nll")
+# rmse's weight is 1 / max(sg(m), this): where the target's conditional mean is <= 0 (the
+# eps network's Jacobian can say "negative variance") the fit drives m = exp(raw) to 0,
+# and once exp underflows (raw < -87 in float32) 1 / sg(m) * dm/draw is inf * 0 = NaN.
+# Any positive weight that does not depend on y keeps the fixed point m = E[y | x_t].
+RMSE_WEIGHT_FLOOR = 1e-6
 _SOFTPLUS_ONE = float(jnp.log(jnp.expm1(1.0)))  # softplus(raw + this) = 1 at raw = 0
 
 
@@ -127,8 +132,8 @@ def head_losses(heads: dict[str, Array], *, eps: Array, eps_hat: Array,
 
   * "mse": mean (m - y)^2, the paper's squared loss (with ``param="linear"`` exactly the
     paper's ||h - sigma^2 v * Hv||^2, ||g - eps^2||^2, ||g - (eps - eps_hat)^2||^2).
-  * "rmse": mean (m - y)^2 / sg(m), a reweighted squared loss: for a weight that does not
-    depend on the head's gradient the fixed point is still m = E[y | x_t], and with
+  * "rmse": mean (m - y)^2 / sg(max(m, RMSE_WEIGHT_FLOOR)), a reweighted squared loss: for
+    a weight that does not depend on y the fixed point is still m = E[y | x_t], and with
     m = exp(raw) the gradient in raw is 2 (m - y) instead of mse's 2 (m - y) m, so small
     variances are not learnt m times slower. Needs a positive parameterisation.
   * "nll": mean (log m + y / m), the Bregman divergence of -log (the Gaussian negative
@@ -155,7 +160,8 @@ def head_losses(heads: dict[str, Array], *, eps: Array, eps_hat: Array,
     if loss == "mse":
       losses[name] = jnp.mean(jnp.square(m - y))
     elif loss == "rmse":
-      losses[name] = jnp.mean(jnp.square(m - y) / jax.lax.stop_gradient(m))
+      weight = 1.0 / jax.lax.stop_gradient(jnp.maximum(m, RMSE_WEIGHT_FLOOR))
+      losses[name] = jnp.mean(jnp.square(m - y) * weight)
     else:
       losses[name] = jnp.mean(jnp.log(m) + y / m)
   return losses

@@ -379,3 +379,23 @@ def test_positive_head_losses_unbiased_gradient_and_jit(param, loss):
     np.testing.assert_allclose(grad(u0)[0, 0], fd, rtol=1e-6)
     np.testing.assert_allclose(loss_fn(u0), f(u0), rtol=1e-12)
     np.testing.assert_allclose(jax.jit(loss_fn)(u0), loss_fn(u0), rtol=1e-12)
+
+
+def test_rmse_gradient_stays_finite_where_the_head_variance_underflows():
+  # A head driven to m = exp(raw) ~ 0 (its targets' mean <= 0 there): without the weight
+  # floor, 1 / sg(m) * dm/draw is inf * 0 = NaN once exp underflows.
+  raw = jnp.array([[-200.0, -50.0, 0.0]], jnp.float32)
+  y = jnp.array([[-0.3, 0.2, 0.5]], jnp.float32)
+
+  def loss_fn(r):
+    return covariance.head_losses({"npr": r}, eps=y, eps_hat=jnp.zeros_like(y),
+                                  ocm_target_value=None, param="exp", loss="rmse")["npr"]
+
+  value, grad = jax.jit(jax.value_and_grad(loss_fn))(raw)
+  assert np.isfinite(float(value)) and np.all(np.isfinite(np.asarray(grad)))
+  # Above the floor the gradient in raw is 2 (m - y) / 3 (mean over 3 entries); below it
+  # (m = exp(-50) < 1e-6) it is 2 (m - y) m / floor, and 0 where m underflowed.
+  m = np.exp(np.asarray(raw, np.float64))
+  yy = np.square(np.asarray(y, np.float64))  # npr target (eps - 0)^2
+  want = 2 * (m - yy) * m / np.maximum(m, covariance.RMSE_WEIGHT_FLOOR) / 3
+  np.testing.assert_allclose(np.asarray(grad), want, rtol=1e-5, atol=1e-30)
