@@ -79,7 +79,7 @@ def unit_xla_flags(name: str, preset: str) -> list[str]:
   if preset == "smoke":
     return []
   have = os.environ.get("XLA_FLAGS", "").split()
-  return [f for f in reproduce.XLA_FLAGS.get(name, "").split()
+  return [f for f in reproduce.XLA_FLAGS.get(name, {}).get(preset, "").split()
           if f not in have and _xla_accepts(f)]
 
 

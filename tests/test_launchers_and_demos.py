@@ -159,10 +159,17 @@ def test_units_with_registered_xla_flags_get_them_in_their_own_process(monkeypat
   from launch import reproduce as launcher  # pylint: disable=g-import-not-at-top
   reproduce.load_all()
   monkeypatch.setattr(launcher, "_xla_accepts", lambda flag: True)
-  flag = reproduce.XLA_FLAGS["fsbm/stunnel"]
+  flag = reproduce.XLA_FLAGS["fsbm/stunnel"]["cpu"]
   monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=1")
   assert launcher.unit_xla_flags("fsbm/stunnel", "cpu") == [flag]
+  assert launcher.unit_xla_flags("fsbm/stunnel", "full") == [flag]
   assert launcher.unit_xla_flags("fsbm/stunnel", "smoke") == []
+  # CPU-only flags (a dict by preset): none at full.
+  monkeypatch.setenv("XLA_FLAGS", "")
+  assert launcher.unit_xla_flags("linear_rl", "cpu") == (
+      reproduce.COMPILE_BOUND_CPU_FLAGS["cpu"].split())
+  assert launcher.unit_xla_flags("linear_rl", "full") == []
+  monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=1")
   assert launcher.unit_xla_flags("fsbm/opinion", "cpu") == []
   monkeypatch.setenv("XLA_FLAGS", f"--xla_backend_optimization_level=1 {flag}")
   assert launcher.unit_xla_flags("fsbm/stunnel", "cpu") == []

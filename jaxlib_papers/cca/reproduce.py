@@ -173,7 +173,7 @@ def digit_claims(result: dict) -> list[Claim]:
   return claims
 
 
-@register("cca", cpu_seconds=109)
+@register("cca", cpu_seconds=145)
 def check(ctx: Context) -> list[Claim]:
   from jaxlib_papers.cca import train  # pylint: disable=g-import-not-at-top
   from jaxlib_papers.cca.configs.default import get_config  # pylint: disable=g-import-not-at-top

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from jaxlib_papers.core import figures
-from jaxlib_papers.core.reproduce import Claim, Context, register
+from jaxlib_papers.core.reproduce import COMPILE_BOUND_CPU_FLAGS, Claim, Context, register
 from jaxlib_papers.linear_rl import train
 from jaxlib_papers.linear_rl.configs import default as default_config
 
@@ -74,7 +74,7 @@ def regret_figure(curves: dict[str, np.ndarray], title: str):
   return fig
 
 
-@register("linear_rl", cpu_seconds=87)
+@register("linear_rl", cpu_seconds=57, xla_flags={"linear_rl": COMPILE_BOUND_CPU_FLAGS})
 def check(ctx: Context) -> list[Claim]:
   sizes = _SIZES[ctx.preset]
   claims: list[Claim] = []

@@ -94,7 +94,7 @@ def convergence_figure(results_by_n: dict):
   return fig
 
 
-@register("minimax", cpu_seconds=29)
+@register("minimax", cpu_seconds=38)
 def check(ctx: Context) -> list[Claim]:
   smoke = ctx.preset == "smoke"
   seed = 42 + ctx.seed

@@ -148,7 +148,7 @@ def mixture_config(preset: str, seed: int, overrides: dict):
   return config
 
 
-@register("ocm", cpu_seconds=243)
+@register("ocm", cpu_seconds=326)
 def check(ctx: Context) -> list[Claim]:
   from jaxlib_papers.ocm import train  # pylint: disable=g-import-not-at-top
   mixtures = MIXTURES[:1] if ctx.preset == "smoke" else MIXTURES
