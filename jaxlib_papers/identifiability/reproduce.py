@@ -179,7 +179,7 @@ def _plot(results: dict[str, dict], path) -> None:
   figures.save(fig, path, dpi=80)
 
 
-@register("identifiability", cpu_seconds=430)
+@register("identifiability", cpu_seconds=325)
 def check(ctx: Context) -> list[Claim]:
   import time  # pylint: disable=g-import-not-at-top
 
