@@ -41,19 +41,16 @@ def programs(preset: str) -> dict[str, Any]:
     return config
 
   out = {"sup_d5": vmf(dgp__kappas=(10.0, 50.0))}
+  if preset != "smoke":
+    out["diet_d5"] = vmf(objective__kind="diet", objective__normalize_head=(False, True))
+    out["sup_d10"] = vmf(dgp__dim=10)
+    out["sup_c10"] = vmf(dgp__num_classes=10)
   if preset == "cpu":
     # DIET, whose 1000 head rows each see 1/1000 of a batch, gets twice the steps (its
     # learning curve had not flattened at 2000). d = 10 would hold its claim with a twice
     # wider encoder and 4000 steps too (seeds/identifiability.md), but that costs ~80 s
     # more than the main job's 15 minutes allow on a 2-core machine.
-    out["diet_d5"] = vmf(objective__kind="diet", objective__normalize_head=(False, True))
     out["diet_d5"].loop.num_steps *= 2
-    out["sup_d10"] = vmf(dgp__dim=10)
-    out["sup_c10"] = vmf(dgp__num_classes=10)
-  elif preset == "full":
-    out["diet_d5"] = vmf(objective__kind="diet", objective__normalize_head=(False, True))
-    out["sup_d10"] = vmf(dgp__dim=10)
-    out["sup_c10"] = vmf(dgp__num_classes=10)
   out["sprites"] = get_config(f"sprites,{preset}")
   return out
 
