@@ -74,18 +74,25 @@ def run(
     *,
     mesh: jax.sharding.Mesh | None = None,
     name: str = "train",
+    steps_per_call: int = 1,
 ) -> TrainResult:
-  """Trains ``kernel`` for ``config.loop.num_steps`` steps (resuming when possible).
+  """Trains ``kernel`` for ``config.loop.num_steps`` optimiser steps (resuming when possible).
 
   Args:
     kernel: ``init`` and ``train_step`` pure functions (see :class:`TrainKernel`).
-    data: ``data(step) -> batch`` (host arrays, leading global-batch axis divisible by the
-      device count, deterministic in ``step``), or None when the kernel needs no batch.
+    data: ``data(call) -> batch`` (host arrays, leading global-batch axis divisible by the
+      device count, deterministic in the call index ``call``), or None when the kernel
+      needs no batch.
     config: a ConfigDict with ``seed`` and ``loop.{num_steps, log_every,
-      checkpoint_every}``; everything outside ``loop`` must match to resume.
+      checkpoint_every}``, all three counted in optimiser steps; everything outside
+      ``loop`` must match to resume.
     workdir: folder for checkpoints and metrics, or None to run in memory.
     mesh: defaults to one ``data`` mesh over all devices.
     name: prefix of the progress lines.
+    steps_per_call: optimiser steps one ``train_step`` call takes (a kernel built with
+      ``blocks.scan_steps``); ``loop.num_steps`` must be a multiple of it. Progress,
+      metrics rows and checkpoints are numbered in optimiser steps; a log or checkpoint
+      falls on the first call that reaches a multiple of its interval.
 
   Returns:
     A :class:`TrainResult`.
@@ -96,6 +103,10 @@ def run(
     FloatingPointError: the loss became NaN or Inf (the message names the step).
   """
   num_steps, log_every, checkpoint_every = _loop_settings(config)
+  per_call = int(steps_per_call)
+  if per_call < 1 or num_steps % per_call:
+    raise ValueError(f"config.loop.num_steps ({num_steps}) must be a multiple of the "
+                     f"kernel's optimiser steps per call ({steps_per_call})")
   if "seed" not in config:
     raise ValueError("config.seed is missing")
   mesh = distributed.make_mesh() if mesh is None else mesh
@@ -126,6 +137,11 @@ def run(
             f"workdir {str(workdir)!r} holds a checkpoint (step {latest}) of a different "
             f"config; differing keys: {'; '.join(changes[:10]) or '?'}. Use a new "
             "--workdir, or rerun with the original config to resume.")
+      if latest % per_call:
+        checkpointer.close()
+        raise ValueError(
+            f"workdir {str(workdir)!r} holds a checkpoint at step {latest}, not a multiple "
+            f"of this kernel's {per_call} optimiser steps per call")
       state, _ = checkpointer.restore(latest, state)
       start = resumed_from = latest
       if verbose:
@@ -160,16 +176,17 @@ def run(
         writer.write(done, {k: v for k, v in row.items() if k != "step"})
 
   try:
-    for step in range(start, num_steps):
+    crosses = lambda done, every: done // every > (done - per_call) // every
+    for step in range(start, num_steps, per_call):
       batch = None
       if data is not None:
-        batch = distributed.shard_batch(data(step), mesh)
+        batch = distributed.shard_batch(data(step // per_call), mesh)
       state, metrics = step_fn(state, batch)
-      done = step + 1
-      interval_steps += 1
+      done = step + per_call
+      interval_steps += per_call
       pending.append((done, metrics))
-      is_log = done % log_every == 0 or done == num_steps
-      is_ckpt = done % checkpoint_every == 0 or done == num_steps
+      is_log = crosses(done, log_every) or done == num_steps
+      is_ckpt = crosses(done, checkpoint_every) or done == num_steps
       if not (is_log or is_ckpt):
         continue
       flush_pending()  # raises on NaN before anything is saved

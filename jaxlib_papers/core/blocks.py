@@ -1,0 +1,266 @@
+"""The blocks of a training program: pure transformations that compose (after optax).
+
+A method's kernel is its paper's loss plus a few of these, the way optax's ``adam`` is
+``chain(scale_by_adam, scale_by_learning_rate)``. Each block is a pure function; none jits
+(the loop or the caller does), so a test can run any composition eagerly and jitted.
+
+* :func:`gradient_step`: ``value_and_grad -> tx.update -> apply_updates`` once, returning
+  an :class:`Update` (new params, optimiser state, loss, aux, gradients).
+* :func:`ema_update`: an exponential moving average of parameters.
+* :func:`scan_steps`: ``k`` steps of a ``step(state, batch) -> (state, metrics)`` as one
+  ``lax.scan`` (``k`` optimiser steps per compiled call), with the batch shared or sliced.
+* :func:`vmap_members` / :func:`vmap_init`: a leading axis of *members* (seeds, or numeric
+  variants such as FSBM's tau or CCA's lambda) trained in one program; per-member metrics
+  reduced to scalars by a declared rule.
+* :func:`keep_best` / :class:`Best`: the parameters at the best validation value so far,
+  with a patience counter for early stopping.
+* :func:`where_tree`: select between two pytrees leaf by leaf (a stopped member keeps its
+  state).
+
+Names: a *step* is ``step(state, batch) -> (state, metrics)``, ``metrics`` a dict of arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+PyTree = Any
+Metrics = dict[str, jax.Array]
+Step = Callable[[PyTree, PyTree], tuple[PyTree, Metrics]]
+
+REDUCTIONS: Mapping[str, Callable[..., jax.Array]] = {
+    "mean": jnp.mean, "max": jnp.max, "min": jnp.min, "sum": jnp.sum,
+    "last": lambda x, axis=0: jnp.take(x, -1, axis=axis),
+    "first": lambda x, axis=0: jnp.take(x, 0, axis=axis),
+}
+
+
+class Update(NamedTuple):
+  """What one gradient step returns."""
+  params: PyTree           # the parameters after the optimiser's update
+  opt_state: PyTree        # the optimiser state after it
+  loss: jax.Array          # [] the loss at the parameters before the update
+  aux: Any                 # the loss function's auxiliary output (None without has_aux)
+  grads: PyTree            # the gradients of the loss at the parameters before the update
+
+
+def gradient_step(loss_fn: Callable[..., Any], tx: optax.GradientTransformation, *,
+                  has_aux: bool = False) -> Callable[..., Update]:
+  """One optimiser step on ``loss_fn``'s first argument.
+
+  Args:
+    loss_fn: ``loss_fn(params, *args) -> loss []`` or, with ``has_aux``,
+      ``-> (loss [], aux)``.
+    tx: the optax transformation (its ``update`` gets the parameters, for weight decay).
+    has_aux: whether ``loss_fn`` returns ``(loss, aux)``.
+
+  Returns:
+    ``update(params, opt_state, *args) -> Update``.
+  """
+  value_and_grad = jax.value_and_grad(loss_fn, has_aux=has_aux)
+
+  def update(params: PyTree, opt_state: PyTree, *args: Any) -> Update:
+    if has_aux:
+      (loss, aux), grads = value_and_grad(params, *args)
+    else:
+      (loss, grads), aux = value_and_grad(params, *args), None
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return Update(optax.apply_updates(params, updates), opt_state, loss, aux, grads)
+
+  return update
+
+
+def ema_update(ema_params: PyTree, params: PyTree, decay: float | jax.Array) -> PyTree:
+  """``decay * ema + (1 - decay) * params``, leaf by leaf (``optax.incremental_update``).
+
+  Raises:
+    ValueError: a Python ``decay`` outside [0, 1).
+  """
+  if isinstance(decay, (int, float)) and not 0.0 <= decay < 1.0:
+    raise ValueError(f"decay must be in [0, 1); got {decay}")
+  return optax.incremental_update(params, ema_params, 1.0 - decay)
+
+
+def where_tree(condition: jax.Array, new: PyTree, old: PyTree) -> PyTree:
+  """``new`` where ``condition`` holds, else ``old``, for every leaf (scalar condition)."""
+  return jax.tree.map(lambda a, b: jnp.where(condition, a, b), new, old)
+
+
+def _reduce_stacked(metrics: Metrics, how: str | Callable[[Metrics], Metrics]) -> Metrics:
+  if callable(how):
+    return how(metrics)
+  if how == "stack":
+    return metrics
+  if how not in REDUCTIONS:
+    raise ValueError(f"metrics must be 'stack', a callable or one of {sorted(REDUCTIONS)}; "
+                     f"got {how!r}")
+  return jax.tree.map(lambda m: REDUCTIONS[how](m, axis=0), metrics)
+
+
+def scan_steps(step: Step, length: int, *, batch_axis: int | None = None,
+               metrics: str | Callable[[Metrics], Metrics] = "mean") -> Step:
+  """``length`` applications of ``step`` as one ``lax.scan``.
+
+  Args:
+    step: ``step(state, batch) -> (state, metrics)``.
+    length: steps per call (static, >= 1).
+    batch_axis: None: every step sees the same ``batch`` (or None); an int: the batch's
+      leaves are sliced along this axis, step ``i`` seeing slice ``i`` (the axis must have
+      ``length`` entries; axis 1 keeps a sharded leading batch axis in place).
+    metrics: how the ``[length]`` stacked metrics become the call's: ``"mean"`` (default),
+      ``"last"``, ``"max"``, ..., ``"stack"`` (keep the axis) or a function of the stacked
+      dict.
+
+  Returns:
+    The step of ``length`` steps. Its final state is bit-identical to ``length`` calls of
+    ``step`` (the same operations in the same order; ``tests/core/test_core_blocks.py``).
+
+  Raises:
+    ValueError: ``length < 1``.
+  """
+  length = int(length)
+  if length < 1:
+    raise ValueError(f"length must be >= 1; got {length}")
+
+  def scanned(state: PyTree, batch: PyTree) -> tuple[PyTree, Metrics]:
+    if batch_axis is None:
+      body = lambda s, _: step(s, batch)
+      state, stacked = jax.lax.scan(body, state, None, length=length)
+    else:
+      for leaf in jax.tree.leaves(batch):
+        if leaf.shape[batch_axis] != length:
+          raise ValueError(f"batch axis {batch_axis} must have {length} entries (one per "
+                           f"step); got a leaf of shape {leaf.shape}")
+      xs = jax.tree.map(lambda b: jnp.moveaxis(b, batch_axis, 0), batch)
+      state, stacked = jax.lax.scan(step, state, xs)
+    return state, _reduce_stacked(stacked, metrics)
+
+  return scanned
+
+
+def reduce_members(metrics: Metrics,
+                   rules: Mapping[str, Sequence[str]] | None = None,
+                   *, per_member: bool = False) -> Metrics:
+  """Scalar metrics from ``[R]`` per-member metrics.
+
+  Args:
+    metrics: ``{name: [R]}``.
+    rules: ``{name: (reduction, ...)}``: the first reduction keeps the name, the others
+      add ``_<reduction>`` (``{"loss": ("mean", "max")}`` gives ``loss`` and ``loss_max``);
+      names without a rule are averaged.
+    per_member: also ``<name>/<i>`` for every member ``i``.
+  """
+  rules = dict(rules or {})
+  out: Metrics = {}
+  for name, values in metrics.items():
+    for i, how in enumerate(rules.get(name, ("mean",))):
+      if how not in REDUCTIONS:
+        raise ValueError(f"reduction of {name!r} must be one of {sorted(REDUCTIONS)}; "
+                         f"got {how!r}")
+      out[name if i == 0 else f"{name}_{how}"] = REDUCTIONS[how](values, axis=0)
+    if per_member:
+      for i in range(values.shape[0]):
+        out[f"{name}/{i}"] = values[i]
+  return out
+
+
+def vmap_members(step: Step, *, batch_axis: int | None = None,
+                 rules: Mapping[str, Sequence[str]] | None = None,
+                 per_member: bool = False, reduce: bool = True) -> Step:
+  """``step`` over a leading member axis of the state (seeds or numeric variants).
+
+  Args:
+    step: one member's ``step(state, batch) -> (state, metrics)``.
+    batch_axis: None: every member sees the same batch; an int: the batch is split along
+      this axis, one slice per member.
+    rules, per_member: how per-member metrics become scalars (:func:`reduce_members`).
+    reduce: False keeps the ``[R]`` metrics (for a caller that reduces them itself).
+
+  Returns:
+    The step of every member; member ``r``'s state is what ``step`` gives it alone.
+  """
+  vmapped = jax.vmap(step, in_axes=(0, batch_axis))
+
+  def members(state: PyTree, batch: PyTree) -> tuple[PyTree, Metrics]:
+    state, metrics = vmapped(state, batch)
+    if not reduce:
+      return state, metrics
+    return state, reduce_members(metrics, rules, per_member=per_member)
+
+  return members
+
+
+def member_keys(key: jax.Array, num_members: int,
+                seed_index: np.ndarray | Sequence[int] | None = None) -> jax.Array:
+  """``[R]`` keys: one per member, or one per seed shared by members of the same seed.
+
+  Args:
+    key: a typed PRNG key.
+    num_members: R.
+    seed_index: ``[R]`` ints, the seed of each member (members of one seed get the same
+      key, so variants of a seed share its problem and initialisation); None: every
+      member its own seed.
+  """
+  if seed_index is None:
+    return jax.random.split(key, int(num_members))
+  seed_index = np.asarray(seed_index, np.int32)
+  if seed_index.shape != (int(num_members),) or seed_index.min(initial=0) < 0:
+    raise ValueError(f"seed_index must be [{num_members}] non-negative ints; got "
+                     f"{seed_index}")
+  return jax.random.split(key, int(seed_index.max()) + 1)[seed_index]
+
+
+def vmap_init(init_member: Callable[..., PyTree], num_members: int, *member_args: Any,
+              seed_index: np.ndarray | Sequence[int] | None = None
+              ) -> Callable[[jax.Array], PyTree]:
+  """``init(key)`` of ``num_members`` members: ``init_member(key_r, *args_r)`` vmapped.
+
+  Args:
+    init_member: one member's ``init(key, *args) -> state``.
+    num_members: R.
+    *member_args: arrays with a leading ``[R]`` axis (a member's variant values).
+    seed_index: see :func:`member_keys`.
+  """
+  if int(num_members) < 1:
+    raise ValueError(f"num_members must be >= 1; got {num_members}")
+
+  def init(key: jax.Array) -> PyTree:
+    keys = member_keys(key, num_members, seed_index)
+    return jax.vmap(init_member)(keys, *(jnp.asarray(a) for a in member_args))
+
+  return init
+
+
+class Best(NamedTuple):
+  """The best parameters so far by a validation value (lower is better)."""
+  params: PyTree          # parameters at the best value
+  value: jax.Array        # [] the best value so far (inf before the first)
+  bad_epochs: jax.Array   # [] int32, evaluations since the last improvement
+  active: jax.Array       # [] bool, still training (patience not exhausted)
+
+
+def init_best(params: PyTree) -> Best:
+  """A :class:`Best` before any evaluation (value inf, active)."""
+  return Best(params, jnp.full((), jnp.inf, jnp.float32), jnp.zeros((), jnp.int32),
+              jnp.ones((), bool))
+
+
+def keep_best(best: Best, params: PyTree, value: jax.Array,
+              patience: int | None = None) -> Best:
+  """Updates ``best`` with the parameters ``params`` evaluated at ``value``.
+
+  An inactive ``best`` (stopped early) does not change. ``bad_epochs`` counts evaluations
+  since the last strict improvement; with ``patience`` the tracker turns inactive once
+  ``bad_epochs`` reaches it (early stopping), without it it never stops.
+  """
+  improved = best.active & (value < best.value)
+  bad = jnp.where(improved, 0, jnp.where(best.active, best.bad_epochs + 1, best.bad_epochs))
+  active = best.active if patience is None else best.active & (bad < int(patience))
+  return Best(where_tree(improved, params, best.params),
+              jnp.where(improved, value, best.value), bad, active)

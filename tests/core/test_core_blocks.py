@@ -1,0 +1,259 @@
+"""core.blocks, core.stages, core.results: each block alone and composed.
+
+jit == eager, k scanned steps == k single steps bit-identically, the vmapped member axis ==
+separate runs, the gradient step against finite differences in float64, keep-best and early
+stopping on a hand-made sequence, stages resumed == uninterrupted.
+"""
+
+import dataclasses
+import json
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import pytest
+
+from jaxlib_papers.core import blocks, contract, results, stages
+
+
+class State(NamedTuple):
+  params: Any        # {"w": [D], "b": []}
+  opt_state: Any     # Adam moments
+  key: jax.Array     # typed PRNG key of the noise
+
+
+def loss(params, batch, key):
+  noise = 0.1 * jax.random.normal(key, batch["x"].shape)
+  pred = (batch["x"] + noise) @ params["w"] + params["b"]
+  return jnp.mean((pred - batch["y"]) ** 2), {"pred_mean": jnp.mean(pred)}
+
+
+TX = optax.adam(0.05)
+UPDATE = blocks.gradient_step(loss, TX, has_aux=True)
+
+
+def init(key):
+  k_w, k_noise = jax.random.split(key)
+  params = {"w": jax.random.normal(k_w, (3,)), "b": jnp.zeros(())}
+  return State(params, TX.init(params), k_noise)
+
+
+def step(state, batch):
+  key, sub = jax.random.split(state.key)
+  out = UPDATE(state.params, state.opt_state, batch, sub)
+  return State(out.params, out.opt_state, key), {"loss": out.loss, **out.aux}
+
+
+def batch_of(seed, n=16, k=None):
+  rng = np.random.default_rng(seed)
+  shape = (n,) if k is None else (n, k)
+  x = rng.normal(size=shape + (3,)).astype(np.float32)
+  return {"x": x, "y": (x @ np.array([1.0, -2.0, 0.5], np.float32) + 0.3)}
+
+
+def _raw(x):
+  if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+    return np.asarray(jax.random.key_data(x))
+  return np.asarray(x)
+
+
+def tree_equal(a, b):
+  return all(np.array_equal(_raw(x), _raw(y))
+             for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def test_gradient_step_matches_finite_differences_in_float64():
+  with jax.enable_x64(True):
+    def quadratic(p, a):
+      return jnp.sum(a * p["v"] ** 2) + jnp.sin(p["v"][0])
+    tx = optax.sgd(1.0)
+    params = {"v": jnp.array([0.3, -1.2], jnp.float64)}
+    a = jnp.array([2.0, 0.25], jnp.float64)
+    out = blocks.gradient_step(quadratic, tx)(params, tx.init(params), a)
+    eps = 1e-6
+    fd = [(quadratic({"v": params["v"].at[i].add(eps)}, a)
+           - quadratic({"v": params["v"].at[i].add(-eps)}, a)) / (2 * eps) for i in range(2)]
+    np.testing.assert_allclose(out.grads["v"], fd, rtol=1e-8)
+    np.testing.assert_allclose(out.params["v"], params["v"] - np.array(fd), rtol=1e-8)
+    assert out.aux is None and float(out.loss) == float(quadratic(params, a))
+
+
+def test_gradient_step_jit_equals_eager():
+  state = init(jax.random.key(0))
+  batch = batch_of(0)
+  eager = step(state, batch)
+  jitted = jax.jit(step)(state, batch)
+  np.testing.assert_allclose(eager[0].params["w"], jitted[0].params["w"], rtol=1e-6)
+  np.testing.assert_allclose(eager[1]["loss"], jitted[1]["loss"], rtol=1e-6)
+
+
+@pytest.mark.parametrize("sliced", [False, True])
+def test_scan_of_k_steps_equals_k_single_steps_bit_identically(sliced):
+  k = 4
+  state = init(jax.random.key(1))
+  if sliced:  # one batch per step on axis 1 (the sharded batch axis stays first)
+    batch = batch_of(1, k=k)
+    per_step = [{name: b[:, i] for name, b in batch.items()} for i in range(k)]
+  else:
+    batch = batch_of(1)
+    per_step = [batch] * k
+  scanned = jax.jit(blocks.scan_steps(step, k, batch_axis=1 if sliced else None,
+                                      metrics="stack"))
+  got, stacked = scanned(state, batch)
+  one = jax.jit(step)
+  losses = []
+  for b in per_step:
+    state, m = one(state, b)
+    losses.append(m["loss"])
+  assert tree_equal(got, state)
+  np.testing.assert_array_equal(stacked["loss"], np.array(losses))
+
+
+def test_scan_reductions_and_errors():
+  state = init(jax.random.key(2))
+  batch = batch_of(2)
+  _, stacked = blocks.scan_steps(step, 3, metrics="stack")(state, batch)
+  _, mean = blocks.scan_steps(step, 3)(state, batch)
+  _, last = blocks.scan_steps(step, 3, metrics="last")(state, batch)
+  np.testing.assert_allclose(mean["loss"], np.mean(stacked["loss"]), rtol=1e-6)
+  assert float(last["loss"]) == float(stacked["loss"][-1])
+  with pytest.raises(ValueError, match="length must be >= 1"):
+    blocks.scan_steps(step, 0)
+  with pytest.raises(ValueError, match="axis 1 must have 3 entries"):
+    blocks.scan_steps(step, 3, batch_axis=1)(state, batch_of(2, k=2))
+  with pytest.raises(ValueError, match="metrics must be"):
+    blocks.scan_steps(step, 2, metrics="median")(state, batch)
+
+
+def test_vmapped_members_equal_separate_runs():
+  members = 3
+  member_init = blocks.vmap_init(init, members)
+  train = jax.jit(blocks.vmap_members(blocks.scan_steps(step, 2), reduce=False))
+  batch = batch_of(3)
+  state = member_init(jax.random.key(3))
+  for _ in range(3):
+    state, per_member = train(state, batch)
+  keys = jax.random.split(jax.random.key(3), members)
+  single = jax.jit(blocks.scan_steps(step, 2))
+  for r in range(members):
+    alone = init(keys[r])
+    for _ in range(3):
+      alone, metrics = single(alone, batch)
+    np.testing.assert_allclose(state.params["w"][r], alone.params["w"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(per_member["loss"][r], metrics["loss"], rtol=1e-5)
+
+
+def test_member_metric_rules_and_seed_index():
+  metrics = {"loss": jnp.array([1.0, 3.0]), "rejected": jnp.array([2.0, 5.0]),
+             "acc": jnp.array([0.5, 0.7])}
+  out = blocks.reduce_members(metrics, {"loss": ("mean", "max"), "rejected": ("sum",)},
+                              per_member=True)
+  assert float(out["loss"]) == 2.0 and float(out["loss_max"]) == 3.0
+  assert float(out["rejected"]) == 7.0 and float(out["acc"]) == pytest.approx(0.6)
+  assert float(out["acc/1"]) == pytest.approx(0.7)
+  keys = blocks.member_keys(jax.random.key(0), 4, seed_index=[0, 0, 1, 1])
+  data = jax.random.key_data(keys)
+  assert np.array_equal(data[0], data[1]) and not np.array_equal(data[1], data[2])
+  with pytest.raises(ValueError, match="seed_index"):
+    blocks.member_keys(jax.random.key(0), 3, seed_index=[0, 1])
+
+
+def test_ema_update_is_the_running_average():
+  ema = {"w": jnp.zeros(2)}
+  for value in (1.0, 2.0):
+    ema = blocks.ema_update(ema, {"w": jnp.full(2, value)}, 0.9)
+  np.testing.assert_allclose(ema["w"], 0.9 * 0.1 * 1.0 + 0.1 * 2.0, rtol=1e-6)
+  with pytest.raises(ValueError, match="decay"):
+    blocks.ema_update(ema, ema, 1.0)
+
+
+def test_keep_best_and_early_stopping_on_a_known_sequence():
+  best = blocks.init_best({"p": jnp.zeros(())})
+  values = [5.0, 4.0, 4.5, 4.2, 3.0, 3.5, 3.6, 3.7, 1.0]
+  trace = []
+  for i, v in enumerate(values):
+    best = blocks.keep_best(best, {"p": jnp.float32(i)}, jnp.float32(v), patience=3)
+    trace.append((float(best.value), int(best.params["p"]), int(best.bad_epochs),
+                  bool(best.active)))
+  # Improvement at 0, 1, 4; three bad evaluations after 4 stop it before the 1.0 at 8.
+  assert trace[1] == (4.0, 1, 0, True) and trace[3] == (4.0, 1, 2, True)
+  assert trace[4] == (3.0, 4, 0, True) and trace[7] == (3.0, 4, 3, False)
+  assert trace[8] == (3.0, 4, 3, False)
+  never = blocks.init_best({"p": jnp.zeros(())})
+  for v in (1.0, 2.0, 3.0, 4.0):
+    never = blocks.keep_best(never, {"p": jnp.float32(v)}, jnp.float32(v))
+  assert bool(never.active) and int(never.bad_epochs) == 3
+
+
+def two_stage_program(num_steps=(6, 4)):
+  def make_first(_):
+    return contract.train_kernel(init, blocks.scan_steps(step, 2))
+
+  def make_second(params):
+    def init2(key):
+      return State(params, TX.init(params), key)
+    return contract.train_kernel(init2, step)
+
+  data = lambda call: batch_of(call % 3)
+  return (
+      stages.Stage("first", make_first, num_steps[0], steps_per_call=2, data=data,
+                   carry=lambda s: s.params),
+      stages.Stage("second", make_second, num_steps[1], data=data),
+  )
+
+
+def config(checkpoint_every=2):
+  return ml_collections.ConfigDict({
+      "seed": 0, "model": {"width": 3},
+      "loop": {"num_steps": 0, "log_every": 2, "checkpoint_every": checkpoint_every,
+               "quiet": True}})
+
+
+def test_stages_resume_equals_uninterrupted(tmp_path):
+  full = stages.run_stages(two_stage_program(), config(), tmp_path / "a")
+  # An interrupted run: stage 1 done, stage 2 cut at 2 of 4 steps, then rerun in full.
+  stages.run_stages(two_stage_program((6, 2)), config(), tmp_path / "b")
+  resumed = stages.run_stages(two_stage_program(), config(), tmp_path / "b")
+  assert resumed.resumed_from == {"first": 6, "second": 2}
+  assert tree_equal(full.states["second"], resumed.states["second"])
+  assert [r["step"] for r in full.histories["first"]] == [2, 4, 6]
+  rows = [json.loads(x) for x in (tmp_path / "a" / "first" / "metrics.jsonl").read_text()
+          .splitlines()]
+  assert [r["step"] for r in rows] == [2, 4, 6]
+
+
+def test_stage_declarations_are_checked():
+  with pytest.raises(ValueError, match="multiple of steps_per_call"):
+    stages.check_stages([stages.Stage("a", lambda _: None, 5, steps_per_call=2)])
+  with pytest.raises(ValueError, match="unique"):
+    stages.check_stages([stages.Stage("a", lambda _: None, 1)] * 2)
+  skipped = stages.run_stages([stages.Stage("a", lambda _: 1 / 0, 0)], config(), None,
+                              initial="untouched")
+  assert skipped.carried == "untouched" and skipped.states == {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+  rows: list
+  summary: list
+  curve: Any
+  state: Any = results.in_memory()
+
+
+def test_results_written_without_in_memory_fields_and_summaries(tmp_path):
+  rows = [{"seed": s, "kappa": k, "r2": r} for s, (k, r) in
+          enumerate([(1.0, 0.5), (1.0, 0.7), (2.0, 0.9)])]
+  summary = results.summarize(rows, ["r2", "absent"], by=("kappa",),
+                              stats=("mean", "std", "min"), count="seeds")
+  assert summary[0] == {"kappa": 1.0, "seeds": 2, "r2": pytest.approx(0.6),
+                        "r2_std": pytest.approx(0.1), "r2_min": 0.5}
+  result = Result(rows, summary, np.arange(3.0), state=jnp.ones(2))
+  path = results.write(result, tmp_path)
+  saved = json.loads(path.read_text())
+  assert sorted(saved) == ["curve", "rows", "summary"] and saved["curve"] == [0.0, 1.0, 2.0]
+  assert results.write(result, None) is None
+  with pytest.raises(TypeError, match="dataclass"):
+    results.write({"rows": rows}, tmp_path)
