@@ -201,6 +201,8 @@ def run(
               f"{rate:.3g} steps/s | ETA {_format_seconds(eta)}"
               + (f" | {extra}" if extra else ""), flush=True)
       if is_ckpt and checkpointer is not None:
+        if writer is not None:  # rows up to the checkpoint on disk first: never a gap
+          writer.flush()
         checkpointer.save(done, state, {
             "step": done, "config": fingerprint,
             "metrics": {k: v for k, v in history[-1].items() if k != "step"}})

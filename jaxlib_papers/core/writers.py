@@ -12,24 +12,28 @@ from collections.abc import Mapping
 class MetricWriter:
   """Appends ``{"step": s, **scalars}`` rows to ``metrics.jsonl`` and TensorBoard.
 
+  The file is reconciled with the checkpoint the run starts from: rows after it (written by
+  an interrupted run, about to be recomputed) are dropped, and so are the rows of an older
+  run when there is no checkpoint to resume (a fresh start). With rows flushed before
+  every checkpoint (``train_loop``), a killed and resumed run leaves exactly one row per
+  step: no gap, no duplicate.
+
   Args:
     workdir: folder of ``metrics.jsonl`` and ``tensorboard/``.
-    resume_step: when resuming from a checkpoint at this step, rows written after it by
-      the interrupted run are dropped (they are about to be recomputed), so the file
-      reads like one uninterrupted run.
+    resume_step: the checkpoint step the run resumes from; None for a fresh start.
   """
 
   def __init__(self, workdir: str | pathlib.Path, resume_step: int | None = None):
     self.workdir = pathlib.Path(workdir)
     self.workdir.mkdir(parents=True, exist_ok=True)
     self.path = self.workdir / "metrics.jsonl"
-    if resume_step is not None and self.path.exists():
-      self._truncate_after(resume_step)
+    if self.path.exists():
+      self._truncate_after(resume_step or 0)
     self._file = open(self.path, "a", encoding="utf-8")
     try:
       from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
       self._tb = SummaryWriter(
-          str(self.workdir / "tensorboard"), purge_step=resume_step, flush_secs=30)
+          str(self.workdir / "tensorboard"), purge_step=resume_step or 0, flush_secs=30)
     except ImportError:  # pragma: no cover - tensorboardX is an install requirement
       self._tb = None
 
@@ -57,7 +61,9 @@ class MetricWriter:
           self._tb.add_scalar(name, float(value), int(step))
 
   def flush(self) -> None:
+    """Writes the buffered rows through to the disk (they survive a kill from here on)."""
     self._file.flush()
+    os.fsync(self._file.fileno())
     if self._tb is not None:
       self._tb.flush()
 

@@ -9,6 +9,8 @@ import sys
 
 import numpy as np
 
+from jaxlib_papers.core import writers
+
 WORKER = pathlib.Path(__file__).with_name("fault_worker.py")
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -50,3 +52,23 @@ def test_sigkill_between_steps_and_during_a_save_then_resume_is_bit_identical(tm
     np.testing.assert_array_equal(got[name], expected[name])
   # The run really trained: the comparison is not between two untouched initialisations.
   assert np.abs(got["w1"] - got["init_w1"]).max() > 1e-2
+  # Metrics survive the kills: one row per step, no gap and no duplicate, the same
+  # numbers as the uninterrupted run's (rows are flushed before every checkpoint and the
+  # file is cut back to the checkpoint a run resumes from).
+  rows = writers.read_jsonl(workdir / "metrics.jsonl")
+  reference_rows = writers.read_jsonl(tmp_path / "reference" / "metrics.jsonl")
+  assert [r["step"] for r in rows] == list(range(1, 11))
+  assert rows == reference_rows
+
+
+def test_a_fresh_run_replaces_the_metrics_of_an_older_run(tmp_path):
+  stale = tmp_path / "metrics.jsonl"
+  stale.write_text('{"step": 1, "loss": 9.0}\n{"step": 2, "loss": 8.0}\n{"step": 3, "lo')
+  writer = writers.MetricWriter(tmp_path, resume_step=None)
+  writer.write(1, {"loss": 1.0})
+  writer.close()
+  assert writers.read_jsonl(stale) == [{"step": 1, "loss": 1.0}]
+  writer = writers.MetricWriter(tmp_path, resume_step=1)  # a resume keeps rows <= 1
+  writer.write(2, {"loss": 0.5})
+  writer.close()
+  assert [r["step"] for r in writers.read_jsonl(stale)] == [1, 2]
