@@ -89,11 +89,15 @@ PACKAGE_ROOT = pathlib.Path(__file__).resolve().parents[1] / "jaxlib_papers"
 
 
 def config_file(package: str) -> pathlib.Path:
-  """The installed ``jaxlib_papers/<package>/configs/default.py``."""
-  path = PACKAGE_ROOT / package / "configs" / "default.py"
+  """The installed ``jaxlib_papers/<package>/configs/default.py`` (``<package>/<name>``:
+  its ``configs/<name>.py``, e.g. ``ocm/digits``)."""
+  package, _, name = package.partition("/")
+  path = PACKAGE_ROOT / package / "configs" / f"{name or 'default'}.py"
   if not path.is_file():
-    known = sorted(p.parent.parent.name for p in PACKAGE_ROOT.glob("*/configs/default.py"))
-    raise ValueError(f"--config: no package {package!r}; expected one of {known}")
+    known = sorted(f"{p.parent.parent.name}" + ("" if p.stem == "default" else f"/{p.stem}")
+                   for p in PACKAGE_ROOT.glob("*/configs/*.py") if p.stem != "__init__")
+    raise ValueError(f"--config: no config {package + ('/' + name if name else '')!r}; "
+                     f"expected one of {known}")
   return path
 
 
@@ -107,7 +111,7 @@ def resolve_config(value: str) -> str:
   path, sep, arg = value.partition(":")
   if pathlib.Path(path).expanduser().is_file():
     return value
-  if "/" not in path and not path.endswith(".py"):
+  if not path.endswith(".py") and path.count("/") <= 1 and "jaxlib_papers" not in path:
     return f"{config_file(path)}{sep}{arg}"
   parts = pathlib.PurePath(path).parts
   if "jaxlib_papers" in parts:

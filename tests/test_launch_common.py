@@ -18,7 +18,9 @@ def test_config_by_package_name_and_by_repository_path_from_any_folder(tmp_path,
   own = tmp_path / "mine.py"
   own.write_text("")
   assert common.resolve_config(f"{own}:x") == f"{own}:x"
-  with pytest.raises(ValueError, match="no package 'nosuch'; expected one of"):
+  digits = common.PACKAGE_ROOT / "ocm" / "configs" / "digits.py"
+  assert common.resolve_config("ocm/digits:smoke") == f"{digits}:smoke"
+  with pytest.raises(ValueError, match="no config 'nosuch'; expected one of .*'ocm/digits'"):
     common.resolve_config("nosuch:cpu")
 
 

@@ -233,14 +233,22 @@ def _download(name: str, source: str, target: pathlib.Path, timeout: float,
         reason = getattr(e, "reason", None) or e
         raise DataUnavailable(f"{name}: could not fetch {source} ({reason}); {by_hand}") from e
     if size != want.size or digest.hexdigest() != want.sha256:
-      got = "more than" if size > want.size else f"{size}"
+      got = f"more than {want.size}" if size > want.size else f"{size}"
       raise DataIntegrityError(
           f"{name}: the download from {source} does not match the registry (not kept): "
           f"expected {want.size} bytes, sha256 {want.sha256}; got {got} bytes, sha256 "
           f"{digest.hexdigest() if size <= want.size else 'not computed'}")
+    # mkstemp makes the file 0600: a shared cache must be readable by its other users.
+    os.chmod(tmp, 0o644 & ~_umask())
     os.replace(tmp, target)
   finally:
     tmp.unlink(missing_ok=True)
+
+
+def _umask() -> int:
+  mask = os.umask(0)
+  os.umask(mask)
+  return mask
 
 
 # ---------------------------------------------------------------------------------------

@@ -21,7 +21,9 @@ the PRNG key and ``data(step)`` depends on the step only.
 from __future__ import annotations
 
 import math
+import os
 import pathlib
+import signal
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -35,6 +37,19 @@ from jaxlib_papers.core import distributed
 from jaxlib_papers.core.contract import TrainKernel
 
 PyTree = Any
+
+# Fault injection for the kill-and-resume tests of the launchers: with this variable set to
+# N, the process kills itself (SIGKILL, as a pre-empted job dies) right after its N-th
+# checkpoint is on disk, counted over every stage it runs. Never set outside tests.
+KILL_AFTER_CHECKPOINT_ENV = "JAXLIB_PAPERS_KILL_AFTER_CHECKPOINT"
+_checkpoints_saved = 0
+
+
+def _maybe_kill_after_checkpoint() -> None:
+  global _checkpoints_saved
+  _checkpoints_saved += 1
+  if os.environ.get(KILL_AFTER_CHECKPOINT_ENV) == str(_checkpoints_saved):
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 class TrainResult(NamedTuple):
@@ -207,6 +222,7 @@ def run(
             "step": done, "config": fingerprint,
             "metrics": {k: v for k, v in history[-1].items() if k != "step"}})
         last_saved = done
+        _maybe_kill_after_checkpoint()
     if pending:
       flush_pending()
   finally:

@@ -4,6 +4,7 @@ import contextlib
 import functools
 import hashlib
 import http.server
+import os
 import pathlib
 import pickle
 import struct
@@ -94,6 +95,9 @@ def test_fetch_downloads_checks_and_caches(env, monkeypatch):
     assert datasets.fetch(NAME) == path          # cache hit: no second request
     assert requests == [f"/{NAME}"]
   assert _cache_files(cache) == [NAME]           # no temporary file left behind
+  # Readable by the other users of a shared cache (mkstemp alone would leave it 0600).
+  mode = (cache / NAME).stat().st_mode & 0o777
+  assert mode & 0o044 == 0o044 & ~_umask(), oct(mode)
 
 
 def test_default_url_is_the_pinned_upstream_raw_file(monkeypatch):
@@ -123,7 +127,7 @@ def test_wrong_hash_is_rejected_and_not_kept(env, monkeypatch):
 def test_short_and_long_files_are_rejected(env, monkeypatch):
   cache, mirror = env
   for body, got in ((PAYLOAD[:-7], f"got {len(PAYLOAD) - 7} bytes"),
-                    (PAYLOAD + b"0,1\n", "got more than")):
+                    (PAYLOAD + b"0,1\n", f"got more than {len(PAYLOAD)} bytes")):
     (mirror / NAME).write_bytes(body)
     with _serve(mirror) as (url, _):
       monkeypatch.setenv(datasets.ENV_URL, url)
@@ -337,3 +341,9 @@ def test_no_machine_path_in_tracked_files():
     if layout in text and name not in CI_WIRING:
       found.append(f"{name}: {layout}")
   assert not found, f"machine paths in tracked files (use core.datasets.fetch): {found}"
+
+
+def _umask():
+  mask = os.umask(0)
+  os.umask(mask)
+  return mask
