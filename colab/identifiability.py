@@ -35,9 +35,9 @@ if importlib.util.find_spec("jaxlib_papers") is None:
 import os
 
 import jax
-import matplotlib.pyplot as plt
 import numpy as np
 
+from jaxlib_papers.core import figures
 from jaxlib_papers.identifiability import data, evaluate, plotting, train
 from jaxlib_papers.identifiability.configs.default import get_config
 
@@ -56,44 +56,34 @@ diet_config = get_config(PRESET)
 diet_config.objective.kind = "diet"
 diet_config.objective.normalize_head = (False, True)
 diet = train.run(diet_config, None)
-print(f"preset {PRESET}: {sup['optimizer_steps']} Adam steps per run, "
+print(f"preset {PRESET}: {sup.optimizer_steps} Adam steps per run, "
       f"{sup_config.num_seeds} seeds")
 for name, res in (("supervised", sup), ("DIET", diet)):
-  for e in res["summary"]:
+  for e in res.summary:
     print(f"{name:>10} normW={e['normalize_head']!s:5}: R2(z) {e['r2_z']:.3f}±"
           f"{e['r2_z_std']:.3f} | raw x {e['r2_x']:.3f} | untrained f "
           f"{e['r2_z_untrained']:.3f} | R2(W->v) {e['r2_head']:.3f} | CE "
           f"{e['model_ce']:.3f} (Bayes {e['bayes_ce']:.3f})")
-diet_norm = [e for e in diet["summary"] if e["normalize_head"]][0]
+diet_norm = [e for e in diet.summary if e["normalize_head"]][0]
 print(f"normalised W: R2 without intercept {diet_norm['r2_z_no_intercept']:.3f}, "
       f"singular values of the fit vs 1/kappa: MAE {diet_norm['sv_mae_z']:.3f}; "
-      f"same-class head-row cosine {diet['summary'][0]['head_cosine']:.3f}")
+      f"same-class head-row cosine {diet.summary[0]['head_cosine']:.3f}")
 
 # %% [markdown]
 # ## What the linear read-out sees: z against its prediction from f(x) (seed 0)
 
 # %%
-kern, state = sup["kernel"], sup["state"]
+kern, state = sup.kernel, sup.state
 run0 = jax.tree.map(lambda leaf: leaf[0], state)
 batch = data.sample_batch(jax.random.key(7), run0.problem, run0.kappa, 2048,
-                          sup["settings"].num_indices)
+                          sup.settings.num_indices)
 h = kern.features(run0, batch.x)
 coef, bias = evaluate.fit_linear(h[:1024], batch.z[:1024])
 pred = np.asarray(h[1024:] @ coef + bias)
 coef_x, bias_x = evaluate.fit_linear(batch.x[:1024], batch.z[:1024])
 pred_x = np.asarray(batch.x[1024:] @ coef_x + bias_x)
 z = np.asarray(batch.z[1024:])
-fig, axes = plt.subplots(1, 3, figsize=(10, 3))
-axes[0].scatter(z[:, 0], pred_x[:, 0], s=2, alpha=0.4, label="from raw x")
-axes[0].scatter(z[:, 0], pred[:, 0], s=2, alpha=0.4, label="from f(x)")
-axes[0].plot([-1, 1], [-1, 1], "k--", lw=0.8)
-axes[0].set_xlabel("z_1 (held out)")
-axes[0].set_ylabel("linear prediction")
-axes[0].legend(fontsize=7, markerscale=4)
-plotting.learning_curves(axes[1], {"supervised": sup, "DIET": diet})
-plotting.r2_bars(axes[2], {"supervised": sup["summary"][0], "DIET": diet["summary"][0]})
-plt.tight_layout()
-plt.show()
+figures.show(plotting.readout_figure(sup, diet, z, pred, pred_x))
 
 # %% [markdown]
 # ## Sprites: CE on the shape, then decode scale and position linearly
@@ -106,12 +96,6 @@ plt.show()
 spr = train.run(get_config(f"sprites,{PRESET}"), None)
 for key in ("pixels", "untrained", "trained"):
   print(f"{key:>9}: " + ", ".join(f"{f} r={v:.3f}"
-                                   for f, v in zip(spr["factors"], spr["r"][key].mean(0))))
+                                   for f, v in zip(spr.factors, spr.r[key].mean(0))))
 sprites = data.render_sprites(int(get_config(f"sprites,{PRESET}").sprites.size), 6, 4)
-fig, axes = plt.subplots(1, 2, figsize=(8, 2.8))
-axes[0].imshow(np.concatenate([sprites.images[i] for i in (0, 40, 100, 130)], 1),
-               cmap="gray")
-axes[0].axis("off")
-plotting.sprites_bars(axes[1], spr["r"], spr["factors"])
-plt.tight_layout()
-plt.show()
+figures.show(plotting.sprites_figure(sprites.images[[0, 40, 100, 130]], spr))

@@ -10,11 +10,13 @@ Public API:
 * :mod:`data`: the data-generating process (cluster vectors, Wood's vMF sampler with
   static shapes, Laplace / Normal conditionals, the leaky-ReLU mixing, indices and
   labels) and the sprites renderer.
-* :mod:`kernel`: ``make_kernel(Settings, Variants)``, supervised and DIET CE, normalised
-  head / features with a temperature, seeds x variants vmapped; its ``evaluate`` extra.
+* :mod:`kernel`: supervised and DIET CE, normalised head / features with a temperature,
+  one run's step and evaluation as functions of ``Settings``; ``make_kernel(Settings,
+  Variants)`` composes them with ``core.blocks`` (seeds x variants vmapped).
 * :mod:`evaluate`: held-out linear R^2, singular-value MAE, same-class cosine, Bayes CE.
 * :mod:`sprites`: the DisLib stand-in (CE on the shape, linear decoding of the factors).
-* :mod:`train`: ``run(config, workdir)``; configs in ``configs/default.py``.
+* :mod:`train`: ``run(config, workdir)`` -> ``VmfResult`` | ``SpritesResult``; configs in
+  ``configs/default.py``; figures in ``plotting.py``.
 """
 
 from jaxlib_papers.identifiability import configs, data, evaluate, kernel, models, sprites, train  # noqa: F401

@@ -19,8 +19,9 @@ own data from the state's key, like the official code's fresh samples every step
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import chex
@@ -29,12 +30,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxlib_papers.core import contract, prng
+from jaxlib_papers.core import blocks, contract, prng
 from jaxlib_papers.identifiability import data as data_lib
 from jaxlib_papers.identifiability import evaluate as eval_lib
 from jaxlib_papers.identifiability.models import Encoder
 
 OBJECTIVES = ("supervised", "diet")
+# How the per-run metrics of a call become the loop's scalars.
+MEMBER_RULES = {"loss": ("mean", "max"), "r2_batch": ("mean", "min"), "rejected": ("sum",)}
 
 
 class Settings(NamedTuple):
@@ -96,6 +99,7 @@ class TrainState(NamedTuple):
 
 
 def validate_settings(settings: Settings) -> Settings:
+  """``settings`` if valid; a ValueError naming the field otherwise."""
   if settings.objective not in OBJECTIVES:
     raise ValueError(f"objective must be one of {OBJECTIVES}; got {settings.objective!r}")
   if settings.conditional not in data_lib.CONDITIONALS:
@@ -111,9 +115,17 @@ def validate_settings(settings: Settings) -> Settings:
   return settings
 
 
-def _encoder(settings: Settings) -> Encoder:
+def encoder(settings: Settings) -> Encoder:
+  """The encoder ``f`` of ``settings``."""
   return Encoder(tuple(settings.hidden), settings.dim, settings.batch_norm,
                  settings.negative_slope)
+
+
+def optimizer(settings: Settings) -> optax.GradientTransformation:
+  """Adam, with a cosine decay of the step size when ``decay_steps > 0``."""
+  lr = (optax.cosine_decay_schedule(settings.learning_rate, settings.decay_steps)
+        if settings.decay_steps > 0 else settings.learning_rate)
+  return optax.adam(lr)
 
 
 def head_rows(params: Any, normalize_head: jax.Array) -> jax.Array:
@@ -134,141 +146,165 @@ def logits_fn(settings: Settings, features: jax.Array, params: Any,
 
 
 def target_labels(settings: Settings, batch: data_lib.Batch) -> jax.Array:
+  """The CE labels: the cluster ``c`` (supervised) or the instance index ``I`` (DIET)."""
   return batch.label if settings.objective == "supervised" else batch.index
 
 
-def make_kernel(settings: Settings, variants: Variants) -> contract.TrainKernel:
-  """Builds the vmapped train kernel of ``settings`` for the runs of ``variants``.
+def cross_entropy(params: Any, batch_stats: Any, x: jax.Array, y: jax.Array,
+                  normalize_head: jax.Array, *, settings: Settings
+                  ) -> tuple[jax.Array, tuple[Any, jax.Array]]:
+  """The training loss: mean CE of ``softmax(W f(x))`` on ``y``, BatchNorm in train mode.
+
+  Args:
+    params: one run's ``{"encoder", "head": [K, d], "log_temperature": []}``.
+    batch_stats: the encoder's BatchNorm running averages.
+    x: [n, d] observations; y: [n] int labels.
+    normalize_head: [] bool.
+    settings: the static settings.
 
   Returns:
-    A TrainKernel with extras ``features(state_run, x) -> [n, d]`` (eval mode, one run),
-    ``evaluate(state, key) -> dict of [R] arrays`` (the paper's protocol on fresh samples)
-    and ``train_step_run`` (one run, for tests).
+    ``(loss [], (new batch_stats, features [n, d]))``.
+  """
+  features, updates = encoder(settings).apply(
+      {"params": params["encoder"], "batch_stats": batch_stats}, x, train=True,
+      mutable=["batch_stats"])
+  logits = logits_fn(settings, features, params, normalize_head)
+  loss = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, y))
+  return loss, (updates.get("batch_stats", {}), features)
+
+
+def init_run(settings: Settings, key: jax.Array, kappa: jax.Array,
+             normalize_head: jax.Array) -> TrainState:
+  """One run's state (no run axis): its problem, encoder, head and data key from ``key``."""
+  d = settings.dim
+  k_problem, k_model, k_head, k_data = jax.random.split(key, 4)
+  problem = data_lib.make_problem(k_problem, d, settings.num_classes,
+                                  mixing_layers=settings.mixing_layers,
+                                  mixing_candidates=settings.mixing_candidates)
+  variables = encoder(settings).init(k_model, jnp.zeros((2, d)), train=False)
+  bound = 1.0 / np.sqrt(d)
+  params = {"encoder": variables["params"],
+            "head": prng.uniform(k_head, (settings.num_labels, d), minval=-bound,
+                                 maxval=bound),
+            "log_temperature": jnp.zeros((), jnp.float32)}
+  return TrainState(params, variables.get("batch_stats", {}), optimizer(settings).init(params),
+                    problem, jnp.asarray(kappa, jnp.float32),
+                    jnp.asarray(normalize_head, bool), k_data, jnp.zeros((), jnp.int32))
+
+
+def train_step_run(settings: Settings, update: Callable[..., blocks.Update],
+                   state: TrainState, batch: Any = None
+                   ) -> tuple[TrainState, dict[str, jax.Array]]:
+  """One Adam step of one run (no run axis) on a fresh batch drawn from its key.
+
+  Args:
+    settings: the static settings.
+    update: ``blocks.gradient_step(cross_entropy, tx, has_aux=True)``.
+    state: one run's state.
+    batch: unused (the kernel draws its own data).
+
+  Returns:
+    ``(state, {"loss", "rejected", "features": [B, d], "z": [B, d]})``.
+  """
+  del batch
+  key, k_batch = jax.random.split(state.key)
+  batch = data_lib.sample_batch(k_batch, state.problem, state.kappa, settings.batch_size,
+                                settings.num_indices, settings.conditional,
+                                num_proposals=settings.num_proposals)
+  # The official --normalize-rows-W: rows are put back on the sphere before each step.
+  params = {**state.params, "head": head_rows(state.params, state.normalize_head)}
+  out = update(params, state.opt_state, state.batch_stats, batch.x,
+               target_labels(settings, batch), state.normalize_head)
+  batch_stats, feats = out.aux
+  new = state._replace(params=out.params, batch_stats=batch_stats, opt_state=out.opt_state,
+                       key=key, step=state.step + 1)
+  return new, {"loss": out.loss, "rejected": batch.rejected, "features": feats, "z": batch.z}
+
+
+def call_metrics(stacked: dict[str, jax.Array]) -> dict[str, jax.Array]:
+  """One run's metrics of a call from its ``[k]``-stacked step metrics.
+
+  A learning curve for free: the in-sample R^2 of z from f(x) on the call's last batch.
+  """
+  return {"loss": jnp.mean(stacked["loss"]),
+          "r2_batch": eval_lib.insample_r2(stacked["features"][-1], stacked["z"][-1]),
+          "rejected": jnp.sum(stacked["rejected"])}
+
+
+def make_kernel(settings: Settings, variants: Variants) -> contract.TrainKernel:
+  """The train kernel of ``settings`` for the runs of ``variants`` (run axis vmapped).
+
+  ``train_step`` runs ``steps_per_call`` steps of :func:`train_step_run` per run as one
+  scan; the per-run metrics become ``loss`` (mean), ``loss_max``, ``r2_batch`` (mean),
+  ``r2_batch_min`` and ``rejected`` (sum) by :data:`MEMBER_RULES`.
+
+  Returns:
+    A TrainKernel with extras ``features(state_run, x) -> [n, d]`` (eval mode, one run)
+    and ``evaluate(state, key, num_samples=8192) -> dict of [R] arrays`` (the paper's
+    protocol on fresh samples).
   """
   settings = validate_settings(settings)
   chex.assert_equal_shape([variants.kappa, variants.normalize_head, variants.seed_index])
-  num_runs = int(variants.kappa.shape[0])
-  num_seeds = int(np.max(variants.seed_index)) + 1
-  model = _encoder(settings)
-  lr = (optax.cosine_decay_schedule(settings.learning_rate, settings.decay_steps)
-        if settings.decay_steps > 0 else settings.learning_rate)
-  tx = optax.adam(lr)
+  update = blocks.gradient_step(functools.partial(cross_entropy, settings=settings),
+                                optimizer(settings), has_aux=True)
+  step = blocks.scan_steps(functools.partial(train_step_run, settings, update),
+                           settings.steps_per_call, metrics=call_metrics)
+  init = blocks.vmap_init(functools.partial(init_run, settings), variants.kappa.shape[0],
+                          variants.kappa, variants.normalize_head,
+                          seed_index=variants.seed_index)
+  return contract.train_kernel(
+      init, blocks.vmap_members(step, rules=MEMBER_RULES),
+      features=functools.partial(features, settings),
+      evaluate=functools.partial(evaluate, settings, variants.seed_index))
+
+
+def features(settings: Settings, state_run: TrainState, x: jax.Array) -> jax.Array:
+  """``f(x)`` of one run in eval mode (BatchNorm running averages); x: [n, d]."""
+  return encoder(settings).apply({"params": state_run.params["encoder"],
+                                  "batch_stats": state_run.batch_stats}, x, train=False)
+
+
+def evaluate_run(settings: Settings, state_run: TrainState, key: jax.Array,
+                 num_samples: int) -> dict[str, jax.Array]:
+  """The paper's metrics of one run on ``num_samples`` fresh samples (dict of [] arrays)."""
   k_rows = settings.num_labels
-  d = settings.dim
+  batch = data_lib.sample_batch(key, state_run.problem, state_run.kappa, num_samples,
+                                settings.num_indices, settings.conditional,
+                                num_proposals=settings.num_proposals)
+  h = features(settings, state_run, batch.x)
+  norm_w = state_run.normalize_head
+  w = head_rows(state_run.params, norm_w)
+  centers = state_run.problem.centers
+  v_of_rows = centers[jnp.arange(k_rows) % settings.num_classes]
+  y = target_labels(settings, batch)
+  model_ce = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(
+      logits_fn(settings, h, state_run.params, norm_w), y))
+  out = {
+      "r2_z": eval_lib.heldout_r2(h, batch.z, True),
+      "r2_z_no_intercept": eval_lib.heldout_r2(h, batch.z, False),
+      "sv_mae_z": eval_lib.singular_value_mae(h, batch.z, 1.0 / state_run.kappa),
+      "r2_x": eval_lib.heldout_r2(batch.x, batch.z, True),
+      "r2_x_no_intercept": eval_lib.heldout_r2(batch.x, batch.z, False),
+      "r2_head": eval_lib.heldout_r2(w, v_of_rows, True),
+      "r2_head_no_intercept": eval_lib.heldout_r2(w, v_of_rows, False),
+      "sv_mae_head": eval_lib.singular_value_mae(w, v_of_rows, jnp.float32(1.0)),
+      "model_ce": model_ce,
+      "bayes_ce": eval_lib.bayes_cross_entropy(batch.z, y, centers, state_run.kappa,
+                                               k_rows),
+      "temperature": jnp.exp(state_run.params["log_temperature"]),
+      "rejected": batch.rejected.astype(jnp.float32),
+  }
+  if k_rows >= 2 * settings.num_classes:
+    out["head_cosine"] = eval_lib.same_class_cosine(w, settings.num_classes)
+  return out
 
-  def init_run(key, kappa, normalize_head):
-    k_problem, k_model, k_head, k_data = jax.random.split(key, 4)
-    problem = data_lib.make_problem(k_problem, d, settings.num_classes,
-                                    mixing_layers=settings.mixing_layers,
-                                    mixing_candidates=settings.mixing_candidates)
-    variables = model.init(k_model, jnp.zeros((2, d)), train=False)
-    bound = 1.0 / np.sqrt(d)
-    params = {"encoder": variables["params"],
-              "head": prng.uniform(k_head, (k_rows, d), minval=-bound, maxval=bound),
-              "log_temperature": jnp.zeros((), jnp.float32)}
-    return TrainState(params, variables.get("batch_stats", {}), tx.init(params), problem,
-                      jnp.asarray(kappa, jnp.float32), jnp.asarray(normalize_head, bool),
-                      k_data, jnp.zeros((), jnp.int32))
 
-  def init(key: jax.Array) -> TrainState:
-    seed_keys = jax.random.split(key, num_seeds)[variants.seed_index]
-    return jax.vmap(init_run)(seed_keys, jnp.asarray(variants.kappa),
-                              jnp.asarray(variants.normalize_head))
+def evaluate(settings: Settings, seed_index: np.ndarray, state: TrainState, key: jax.Array,
+             num_samples: int = 8192) -> dict[str, jax.Array]:
+  """The paper's evaluation of every run on ``num_samples`` fresh samples.
 
-  def loss_fn(params, batch_stats, x, y, normalize_head):
-    features, updates = model.apply({"params": params["encoder"], "batch_stats": batch_stats},
-                                    x, train=True, mutable=["batch_stats"])
-    logits = logits_fn(settings, features, params, normalize_head)
-    loss = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, y))
-    return loss, (updates.get("batch_stats", {}), features)
-
-  def one_step(state: TrainState, _):
-    key, k_batch = jax.random.split(state.key)
-    batch = data_lib.sample_batch(k_batch, state.problem, state.kappa, settings.batch_size,
-                                  settings.num_indices, settings.conditional,
-                                  num_proposals=settings.num_proposals)
-    params = state.params
-    # The official --normalize-rows-W: rows are put back on the sphere before each step.
-    params = {**params, "head": head_rows(params, state.normalize_head)}
-    (loss, (batch_stats, features)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        params, state.batch_stats, batch.x, target_labels(settings, batch),
-        state.normalize_head)
-    updates, opt_state = tx.update(grads, state.opt_state, params)
-    params = optax.apply_updates(params, updates)
-    new = state._replace(params=params, batch_stats=batch_stats, opt_state=opt_state,
-                         key=key, step=state.step + 1)
-    return new, (loss, batch.rejected, features, batch.z)
-
-  def train_step_run(state: TrainState, batch=None):
-    """``steps_per_call`` steps of one run (no run axis)."""
-    del batch
-
-    def body(carry, _):
-      s, _, _ = carry
-      s, (loss, rejected, features, z) = one_step(s, None)
-      return (s, features, z), (loss, rejected)
-
-    empty = jnp.zeros((settings.batch_size, d), jnp.float32)
-    (state, features, z), (losses, rejected) = jax.lax.scan(
-        body, (state, empty, empty), None, length=settings.steps_per_call)
-    # A learning curve for free: in-sample R^2 of z from f(x) on the last training batch.
-    return state, {"loss": jnp.mean(losses), "last_loss": losses[-1],
-                   "r2_batch": eval_lib.insample_r2(features, z),
-                   "rejected": jnp.sum(rejected)}
-
-  def train_step(state: TrainState, batch=None):
-    chex.assert_shape(state.kappa, (num_runs,))
-    state, per_run = jax.vmap(train_step_run)(state, None)
-    metrics = {"loss": jnp.mean(per_run["loss"]), "loss_max": jnp.max(per_run["loss"]),
-               "r2_batch": jnp.mean(per_run["r2_batch"]),
-               "r2_batch_min": jnp.min(per_run["r2_batch"]),
-               "rejected": jnp.sum(per_run["rejected"])}
-    return state, metrics
-
-  def features(state_run: TrainState, x: jax.Array) -> jax.Array:
-    """``f(x)`` of one run in eval mode (BatchNorm running averages); x: [n, d]."""
-    return model.apply({"params": state_run.params["encoder"],
-                        "batch_stats": state_run.batch_stats}, x, train=False)
-
-  def evaluate_run(state_run: TrainState, key: jax.Array, num_samples: int):
-    batch = data_lib.sample_batch(key, state_run.problem, state_run.kappa, num_samples,
-                                  settings.num_indices, settings.conditional,
-                                  num_proposals=settings.num_proposals)
-    h = features(state_run, batch.x)
-    norm_w = state_run.normalize_head
-    w = head_rows(state_run.params, norm_w)
-    centers = state_run.problem.centers
-    v_of_rows = centers[jnp.arange(k_rows) % settings.num_classes]
-    y = target_labels(settings, batch)
-    model_ce = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(
-        logits_fn(settings, h, state_run.params, norm_w), y))
-    out = {
-        "r2_z": eval_lib.heldout_r2(h, batch.z, True),
-        "r2_z_no_intercept": eval_lib.heldout_r2(h, batch.z, False),
-        "sv_mae_z": eval_lib.singular_value_mae(h, batch.z, 1.0 / state_run.kappa),
-        "r2_x": eval_lib.heldout_r2(batch.x, batch.z, True),
-        "r2_x_no_intercept": eval_lib.heldout_r2(batch.x, batch.z, False),
-        "r2_head": eval_lib.heldout_r2(w, v_of_rows, True),
-        "r2_head_no_intercept": eval_lib.heldout_r2(w, v_of_rows, False),
-        "sv_mae_head": eval_lib.singular_value_mae(w, v_of_rows, jnp.float32(1.0)),
-        "model_ce": model_ce,
-        "bayes_ce": eval_lib.bayes_cross_entropy(batch.z, y, centers, state_run.kappa,
-                                                 k_rows),
-        "temperature": jnp.exp(state_run.params["log_temperature"]),
-        "rejected": batch.rejected.astype(jnp.float32),
-    }
-    if k_rows >= 2 * settings.num_classes:
-      out["head_cosine"] = eval_lib.same_class_cosine(w, settings.num_classes)
-    return out
-
-  def evaluate(state: TrainState, key: jax.Array, num_samples: int = 8192):
-    """The paper's evaluation of every run on ``num_samples`` fresh samples.
-
-    The same evaluation key for every run of a seed, so variants are compared on paired
-    samples. Returns a dict of ``[R]`` arrays (see ``evaluate_run`` keys).
-    """
-    keys = jax.random.split(key, num_seeds)[variants.seed_index]
-    return jax.vmap(lambda s, k: evaluate_run(s, k, num_samples))(state, keys)
-
-  return contract.train_kernel(init, train_step, features=features, evaluate=evaluate,
-                               train_step_run=train_step_run)
+  The same evaluation key for every run of a seed, so variants are compared on paired
+  samples. Returns a dict of ``[R]`` arrays (see :func:`evaluate_run`).
+  """
+  keys = blocks.member_keys(key, seed_index.shape[0], seed_index)
+  return jax.vmap(lambda s, k: evaluate_run(settings, s, k, num_samples))(state, keys)

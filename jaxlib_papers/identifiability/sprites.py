@@ -10,6 +10,8 @@ and positions (``data.render_sprites``); seeds are vmapped in one program.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -17,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxlib_papers.core import contract, prng
+from jaxlib_papers.core import blocks, contract, prng
 from jaxlib_papers.identifiability import data as data_lib
 from jaxlib_papers.identifiability.models import Encoder
 
@@ -55,71 +57,106 @@ def factor_matrix(sprites: data_lib.Sprites) -> np.ndarray:
                   1).astype(np.float32)
 
 
-def make_kernel(images: np.ndarray, labels: np.ndarray, train_index: np.ndarray, *,
-                num_classes: int, hidden: tuple[int, ...], batch_size: int,
-                learning_rate: float, steps_per_call: int) -> contract.TrainKernel:
+class SpritesSettings(NamedTuple):
+  """Static settings of the sprites kernel."""
+  num_classes: int              # readout width (sprite shapes)
+  hidden: tuple[int, ...]       # encoder widths; the representation is the last
+  batch_size: int
+  learning_rate: float
+  steps_per_call: int
+
+
+class SpritesData(NamedTuple):
+  """The rendered set, closed over by the kernel (all splits)."""
+  images: jax.Array     # [n, p] float32 flattened images
+  labels: jax.Array     # [n] int32 class labels
+
+
+def encoder(settings: SpritesSettings) -> Encoder:
+  """The MLP encoder (ReLU; the representation is the last hidden layer)."""
+  return Encoder(tuple(settings.hidden), 0, True, 0.0)
+
+
+def init_one(settings: SpritesSettings, data: SpritesData, key: jax.Array) -> SpritesState:
+  """One seed's state (no seed axis)."""
+  hidden, num_classes = settings.hidden, settings.num_classes
+  k_enc, k_out, k_data = jax.random.split(key, 3)
+  variables = encoder(settings).init(k_enc, data.images[:2], train=False)
+  bound = 1.0 / np.sqrt(hidden[-1])
+  params = {"encoder": variables["params"],
+            "readout": {"w": prng.uniform(k_out, (hidden[-1], num_classes),
+                                          minval=-bound, maxval=bound),
+                        "b": jnp.zeros((num_classes,))}}
+  return SpritesState(params, variables["batch_stats"],
+                      optax.adam(settings.learning_rate).init(params), k_data,
+                      jnp.zeros((), jnp.int32))
+
+
+def cross_entropy(params: Any, batch_stats: Any, x: jax.Array, y: jax.Array, *,
+                  settings: SpritesSettings) -> tuple[jax.Array, tuple[Any, jax.Array]]:
+  """CE of the readout on ``y``: ``(loss [], (new batch_stats, accuracy []))``; x: [n, p]."""
+  h, updates = encoder(settings).apply(
+      {"params": params["encoder"], "batch_stats": batch_stats}, x, train=True,
+      mutable=["batch_stats"])
+  logits = h @ params["readout"]["w"] + params["readout"]["b"]
+  loss = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, y))
+  return loss, (updates["batch_stats"], jnp.mean(jnp.argmax(logits, -1) == y))
+
+
+def train_step_one(settings: SpritesSettings, update: Callable[..., blocks.Update],
+                   data: SpritesData, state: SpritesState, index: jax.Array
+                   ) -> tuple[SpritesState, dict[str, jax.Array]]:
+  """One Adam step of one seed on a minibatch drawn from its training ``index`` [n_train]."""
+  key, k = jax.random.split(state.key)
+  rows = index[prng.randint(k, (settings.batch_size,), 0, index.shape[0])]
+  out = update(state.params, state.opt_state, state.batch_stats, data.images[rows],
+               data.labels[rows])
+  batch_stats, acc = out.aux
+  return (SpritesState(out.params, batch_stats, out.opt_state, key, state.step + 1),
+          {"loss": out.loss, "train_accuracy": acc})
+
+
+def call_metrics(stacked: dict[str, jax.Array]) -> dict[str, jax.Array]:
+  """A call's mean loss and last-step training accuracy from the ``[k]`` step metrics."""
+  return {"loss": jnp.mean(stacked["loss"]), "train_accuracy": stacked["train_accuracy"][-1]}
+
+
+def make_kernel(images: np.ndarray, labels: np.ndarray, train_index: np.ndarray,
+                settings: SpritesSettings) -> contract.TrainKernel:
   """CE on ``labels`` with an MLP encoder and a linear readout, one run per seed.
 
   Args:
     images: [n, p] flattened images (all splits).
     labels: [n] int class labels.
     train_index: [S, n_train] each seed's training indices.
-    num_classes: readout width.
+    settings: the static settings.
 
   Returns:
     A TrainKernel (vmapped over seeds) with the extra ``representation(params,
     batch_stats, x) -> [n, hidden[-1]]`` (eval mode, one seed).
   """
-  images = jnp.asarray(images, jnp.float32)
-  labels = jnp.asarray(labels, jnp.int32)
+  data = SpritesData(jnp.asarray(images, jnp.float32), jnp.asarray(labels, jnp.int32))
   train_index = jnp.asarray(train_index, jnp.int32)
-  num_seeds, n_train = train_index.shape
-  encoder = Encoder(tuple(hidden), 0, True, 0.0)   # ReLU, representation = last hidden
-  tx = optax.adam(learning_rate)
+  update = blocks.gradient_step(functools.partial(cross_entropy, settings=settings),
+                                optax.adam(settings.learning_rate), has_aux=True)
+  step = blocks.scan_steps(functools.partial(train_step_one, settings, update, data),
+                           settings.steps_per_call, metrics=call_metrics)
+  members = blocks.vmap_members(step, batch_axis=0)
 
-  def init_one(key):
-    k_enc, k_out, k_data = jax.random.split(key, 3)
-    variables = encoder.init(k_enc, images[:2], train=False)
-    bound = 1.0 / np.sqrt(hidden[-1])
-    params = {"encoder": variables["params"],
-              "readout": {"w": prng.uniform(k_out, (hidden[-1], num_classes),
-                                                  minval=-bound, maxval=bound),
-                          "b": jnp.zeros((num_classes,))}}
-    return SpritesState(params, variables["batch_stats"], tx.init(params), k_data,
-                        jnp.zeros((), jnp.int32))
+  def train_step(state: SpritesState, batch: Any = None):
+    del batch   # every seed samples its own minibatches from its training indices
+    return members(state, train_index)
 
-  def init(key):
-    return jax.vmap(init_one)(jax.random.split(key, num_seeds))
+  init = blocks.vmap_init(functools.partial(init_one, settings, data), train_index.shape[0])
+  return contract.train_kernel(init, train_step,
+                               representation=functools.partial(representation, settings))
 
-  def loss_fn(params, batch_stats, x, y):
-    h, updates = encoder.apply({"params": params["encoder"], "batch_stats": batch_stats},
-                               x, train=True, mutable=["batch_stats"])
-    logits = h @ params["readout"]["w"] + params["readout"]["b"]
-    loss = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, y))
-    return loss, (updates["batch_stats"], jnp.mean(jnp.argmax(logits, -1) == y))
 
-  def step_one(state: SpritesState, index):
-    def body(s, _):
-      key, k = jax.random.split(s.key)
-      rows = index[prng.randint(k, (batch_size,), 0, n_train)]
-      (loss, (bs, acc)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-          s.params, s.batch_stats, images[rows], labels[rows])
-      updates, opt = tx.update(grads, s.opt_state, s.params)
-      return SpritesState(optax.apply_updates(s.params, updates), bs, opt, key,
-                          s.step + 1), (loss, acc)
-    state, (loss, acc) = jax.lax.scan(body, state, None, length=steps_per_call)
-    return state, (jnp.mean(loss), acc[-1])
-
-  def train_step(state: SpritesState, batch=None):
-    del batch
-    state, (loss, acc) = jax.vmap(step_one)(state, train_index)
-    return state, {"loss": jnp.mean(loss), "train_accuracy": jnp.mean(acc)}
-
-  def representation(params, batch_stats, x):
-    return encoder.apply({"params": params["encoder"], "batch_stats": batch_stats}, x,
-                         train=False)
-
-  return contract.train_kernel(init, train_step, representation=representation)
+def representation(settings: SpritesSettings, params: Any, batch_stats: Any, x: jax.Array
+                   ) -> jax.Array:
+  """The last hidden layer of one seed in eval mode: x [n, p] -> [n, hidden[-1]]."""
+  return encoder(settings).apply({"params": params["encoder"], "batch_stats": batch_stats},
+                                 x, train=False)
 
 
 def pearson(y: jax.Array, pred: jax.Array) -> jax.Array:

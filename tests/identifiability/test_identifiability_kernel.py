@@ -1,5 +1,7 @@
 """The vmapped CE kernel: jit == eager, sharded runs == one device, resume, gradients."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -8,7 +10,7 @@ import optax
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxlib_papers.core import distributed, precision, train_loop
+from jaxlib_papers.core import blocks, distributed, precision, train_loop
 from jaxlib_papers.identifiability import data as D
 from jaxlib_papers.identifiability import kernel as K
 
@@ -53,6 +55,21 @@ def test_jit_equals_eager_and_head_rows_renormalised(kern):
   assert np.all(np.abs(norms[0::2] - 1.0) > 0.05)
 
 
+def test_one_run_alone_equals_its_member_of_the_vmapped_kernel(kern):
+  state = kern.init(jax.random.key(0))
+  out, metrics = jax.jit(kern.train_step)(state, None)
+  assert sorted(metrics) == ["loss", "loss_max", "r2_batch", "r2_batch_min", "rejected"]
+  update = blocks.gradient_step(functools.partial(K.cross_entropy, settings=SETTINGS),
+                                K.optimizer(SETTINGS), has_aux=True)
+  run = jax.tree.map(lambda leaf: leaf[1], state)
+  losses = []
+  for _ in range(SETTINGS.steps_per_call):
+    run, step_metrics = jax.jit(functools.partial(K.train_step_run, SETTINGS, update))(run)
+    losses.append(float(step_metrics["loss"]))
+  _close(jax.tree.map(lambda leaf: leaf[1], out), run, rtol=2e-4, atol=2e-5)
+  assert float(metrics["loss_max"]) >= np.mean(losses) - 1e-5
+
+
 def test_runs_sharded_over_8_devices_equal_one_device(kern):
   assert len(jax.devices()) == 8
   state = kern.init(jax.random.key(1))
@@ -65,15 +82,17 @@ def test_runs_sharded_over_8_devices_equal_one_device(kern):
 
 
 def test_resume_equals_uninterrupted(kern, tmp_path):
+  k = SETTINGS.steps_per_call   # loop steps count Adam steps, k per call
   config = ml_collections.ConfigDict(
-      {"seed": 3, "loop": {"num_steps": 4, "log_every": 2, "checkpoint_every": 2,
-                           "quiet": True}})
-  straight = train_loop.run(kern, None, config, None)
+      {"seed": 3, "loop": {"num_steps": 4 * k, "log_every": 2 * k,
+                           "checkpoint_every": 2 * k, "quiet": True}})
+  straight = train_loop.run(kern, None, config, None, steps_per_call=k)
   half = ml_collections.ConfigDict(config.to_dict())
-  half.loop.num_steps = 2
-  train_loop.run(kern, None, half, tmp_path / "w")
-  resumed = train_loop.run(kern, None, config, tmp_path / "w")
-  assert resumed.resumed_from == 2
+  half.loop.num_steps = 2 * k
+  train_loop.run(kern, None, half, tmp_path / "w", steps_per_call=k)
+  resumed = train_loop.run(kern, None, config, tmp_path / "w", steps_per_call=k)
+  assert resumed.resumed_from == 2 * k
+  assert [row["step"] for row in straight.history] == [k, 2 * k, 3 * k, 4 * k]
   _close(straight.state, resumed.state, rtol=1e-6, atol=1e-7)
 
 

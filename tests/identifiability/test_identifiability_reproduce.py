@@ -9,7 +9,7 @@ import sys
 import numpy as np
 
 from jaxlib_papers.core.reproduce import load_all
-from jaxlib_papers.identifiability import reproduce
+from jaxlib_papers.identifiability import reproduce, train
 
 
 def _entry(kappa, norm, r2, **kw):
@@ -26,16 +26,23 @@ def _entry(kappa, norm, r2, **kw):
   return out
 
 
+def _vmf(*summary):
+  return train.VmfResult(rows=[], summary=list(summary), history=[], timings={},
+                         optimizer_steps=0)
+
+
 def _results(r2_d5=0.97, r2_d10=0.9, sprites_scale=0.95):
   r = {"trained": np.array([[0.99, sprites_scale, 0.97, 0.97]] * 3),
        "pixels": np.array([[0.3, 0.6, 0.9, 0.9]] * 3),
        "untrained": np.array([[0.3, 0.5, 0.8, 0.8]] * 3)}
   return {
-      "sup_d5": {"summary": [_entry(10.0, False, r2_d5), _entry(50.0, False, 0.7)]},
-      "diet_d5": {"summary": [_entry(10.0, False, 0.95), _entry(10.0, True, 0.94)]},
-      "sup_d10": {"summary": [_entry(10.0, False, r2_d10)]},
-      "sup_c10": {"summary": [_entry(10.0, False, 0.9)]},
-      "sprites": {"r": r, "factors": ("shape", "scale", "pos_x", "pos_y")},
+      "sup_d5": _vmf(_entry(10.0, False, r2_d5), _entry(50.0, False, 0.7)),
+      "diet_d5": _vmf(_entry(10.0, False, 0.95), _entry(10.0, True, 0.94)),
+      "sup_d10": _vmf(_entry(10.0, False, r2_d10)),
+      "sup_c10": _vmf(_entry(10.0, False, 0.9)),
+      "sprites": train.SpritesResult(r=r, factors=("shape", "scale", "pos_x", "pos_y"),
+                                     val_accuracy=np.ones(3), history=[], timings={},
+                                     num_images=0),
   }
 
 
