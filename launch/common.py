@@ -7,6 +7,7 @@ itself: Cloud TPU, SLURM, Open MPI). ``setup()`` must run before anything touche
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import pathlib
@@ -76,6 +77,14 @@ def setup() -> None:
       _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
       cpu_collectives=_CPU_COLLECTIVES.value)
   enable_compilation_cache(_CACHE_DIR.value)
+
+
+def save_figure(fig, path: pathlib.Path) -> pathlib.Path:
+  """Saves a ``core.figures`` figure into the run's folder and says where."""
+  from jaxlib_papers.core import figures  # pylint: disable=g-import-not-at-top
+  path = figures.save(fig, path)
+  print(f"figure: {path}", flush=True)
+  return path
 
 
 def workdir(default_name: str = "run") -> pathlib.Path:
@@ -169,14 +178,36 @@ def define_config(package: str, default_arg: str = "smoke"):
   return holder
 
 
+def _fail(error: Exception) -> None:
+  print(f"{os.path.basename(sys.argv[0])}: {error}", file=sys.stderr)
+  sys.exit(2)
+
+
+def validate_config(package: str) -> None:
+  """Checks ``--config`` (overrides applied) against the package's ``CONSTRAINTS``."""
+  from jaxlib_papers.core import config as config_lib  # pylint: disable=g-import-not-at-top
+  module = importlib.import_module(f"jaxlib_papers.{package}.configs.default")
+  constraints = getattr(module, "CONSTRAINTS", None)
+  if constraints:
+    config_lib.validate(flags.FLAGS["config"].value, constraints)
+
+
 def main(run: Callable[[list[str]], None], package: str, default_arg: str = "smoke") -> None:
-  """``app.run(run)`` with ``--config`` resolved and its override keys checked first."""
+  """``app.run(run)`` with ``--config`` resolved, its override keys and its values checked
+  first: a bad key or value exits with status 2 and one message, before any set-up."""
   try:
     sys.argv = check_overrides(sys.argv, f"{config_file(package)}:{default_arg}")
   except (app.UsageError, ValueError) as error:
-    print(f"{os.path.basename(sys.argv[0])}: {error}", file=sys.stderr)
-    sys.exit(2)
-  app.run(run)
+    _fail(error)
+
+  def checked(argv: list[str]) -> None:
+    try:
+      validate_config(package)
+    except ValueError as error:
+      _fail(error)
+    run(argv)
+
+  app.run(checked)
 
 
 # Flags a launcher defines through the functions above are the launcher's key flags.

@@ -1,31 +1,30 @@
 r"""Trains CE encoders on the vMF mixture (or sprites) and evaluates identifiability.
 
-  python -m launch.identifiability --config=jaxlib_papers/identifiability/configs/default.py:cpu \
-      --workdir=runs/ident
-  python -m launch.identifiability --config=jaxlib_papers/identifiability/configs/default.py:cpu \
+  python -m launch.identifiability --config=identifiability:cpu --workdir=runs/ident
+  python -m launch.identifiability --config=identifiability:cpu \
       --config.objective.kind=diet --config.objective.normalize_head="(False,True)"
-  python -m launch.identifiability \
-      --config=jaxlib_papers/identifiability/configs/default.py:sprites,cpu --workdir=runs/sprites
+  python -m launch.identifiability --config=identifiability:sprites,cpu --workdir=runs/sprites
+
+``--config`` also takes the config file's path (``jaxlib_papers/identifiability/configs/
+default.py:cpu``), from any folder.
 
 Rerun with the same --workdir to resume; results land in ``<workdir>/results.json``.
 """
 
-from absl import app
-from ml_collections import config_flags
-
 from launch import common
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", "jaxlib_papers/identifiability/configs/default.py:smoke")
+_CONFIG = common.define_config("identifiability")
 
 
 def main(argv):
   del argv
   common.setup()
-  from jaxlib_papers.identifiability import train  # pylint: disable=g-import-not-at-top
+  from jaxlib_papers.identifiability import plotting, train  # pylint: disable=g-import-not-at-top
   config = _CONFIG.value
-  result = train.run(config, common.workdir("identifiability"))
+  workdir = common.workdir("identifiability")
+  result = train.run(config, workdir)
   if config.task == "sprites":
+    common.save_figure(plotting.decoding_figure(result), workdir / "sprites.png")
     for name, r in result.r.items():
       print(f"{name:>9}: " + ", ".join(
           f"{f} r={v:.3f}" for f, v in zip(result.factors, r.mean(0))))
@@ -36,6 +35,9 @@ def main(argv):
           f"{e['r2_z_no_intercept']:.3f}), raw x {e['r2_x']:.3f}, untrained "
           f"{e['r2_z_untrained']:.3f}, R2(W->v) {e['r2_head']:.3f}, sv MAE "
           f"{e['sv_mae_z']:.3f}, CE {e['model_ce']:.3f} (Bayes {e['bayes_ce']:.3f})")
+  common.save_figure(plotting.summary_figure({config.objective.kind: result}),
+                     workdir / "summary.png")
+
 
 if __name__ == "__main__":
-  app.run(main)
+  common.main(main, "identifiability")

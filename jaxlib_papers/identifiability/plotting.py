@@ -92,6 +92,13 @@ def summary_figure(vmf: Mapping[str, Any], sprites: Any = None):
   return fig
 
 
+def decoding_figure(result: Any):
+  """The sprites decoding bars of a ``train.SpritesResult`` (the launcher's figure)."""
+  fig, ax = figures.new_figure(1, 1, size=(4.2, 3.2))
+  sprites_bars(ax, result.r, result.factors)
+  return fig
+
+
 def readout_figure(sup: Any, diet: Any, z: np.ndarray, pred: np.ndarray,
                    pred_x: np.ndarray):
   """The demo's figure: held-out z_1 against its linear prediction, curves, R^2 bars.

@@ -20,10 +20,12 @@ import jax
 import ml_collections
 import numpy as np
 
+from jaxlib_papers.core import config as config_lib
 from jaxlib_papers.core import distributed, results, stages
 from jaxlib_papers.identifiability import data as data_lib
 from jaxlib_papers.identifiability import kernel as kernel_lib
 from jaxlib_papers.identifiability import sprites as sprites_lib
+from jaxlib_papers.identifiability.configs import default as default_config
 
 MAIN_METRICS = ("r2_z", "r2_z_no_intercept", "sv_mae_z", "r2_head", "r2_head_no_intercept",
                 "sv_mae_head", "head_cosine", "model_ce", "bayes_ce", "temperature",
@@ -228,7 +230,13 @@ def run_sprites(config: ml_collections.ConfigDict,
 
 def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = None
         ) -> VmfResult | SpritesResult:
-  """Runs ``config.task`` (``vmf`` or ``sprites``); see :func:`run_vmf`, :func:`run_sprites`."""
+  """Runs ``config.task`` (``vmf`` or ``sprites``); see :func:`run_vmf`, :func:`run_sprites`.
+
+  Raises:
+    ValueError: a config value its constraint forbids (``configs/default.py``), before
+      anything compiles.
+  """
+  config_lib.validate(config, default_config.CONSTRAINTS)
   task = str(config.get("task", "vmf"))
   if task == "vmf":
     return run_vmf(config, workdir)

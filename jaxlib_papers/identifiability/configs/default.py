@@ -16,6 +16,7 @@ call runs that many steps as one ``lax.scan``.
 
 from __future__ import annotations
 
+from jaxlib_papers.core import config as config_lib
 from jaxlib_papers.core.config import check_preset, make_config
 
 TASKS = ("vmf", "sprites")
@@ -61,7 +62,7 @@ _OVERRIDES = {
         "num_seeds": 2, "model.hidden": (16, 32, 16),
         "dgp.mixing_candidates": 256, "optim.batch_size": 128, "optim.steps_per_call": 10,
         "eval.num_samples": 2048, "loop.num_steps": 50, "loop.log_every": 50,
-        "loop.checkpoint_every": 50, "loop.quiet": True,
+        "loop.checkpoint_every": 50,
         "sprites.size": 16, "sprites.num_scales": 3, "sprites.num_positions": 8,
         "sprites.supersample": 2, "sprites.hidden": (64, 64), "sprites.batch_size": 128,
         "sprites.steps_per_call": 10,
@@ -85,6 +86,33 @@ _TASK_OVERRIDES = {
 }
 
 
+C = config_lib
+# What every key allows, checked when a config is built and again by ``train.run`` (after
+# command-line overrides), before anything compiles.
+CONSTRAINTS = {
+    "task": C.one_of(*TASKS), "seed": C.at_least(0), "num_seeds": C.at_least(1),
+    "dgp.dim": C.at_least(2), "dgp.num_classes": C.at_least(1),
+    "dgp.num_indices": C.at_least(1), "dgp.kappas": C.each(C.positive()),
+    "dgp.conditional": C.one_of("vmf", "laplace", "normal"),
+    "dgp.mixing_layers": C.at_least(0), "dgp.mixing_candidates": C.at_least(1),
+    "dgp.num_proposals": C.at_least(1),
+    "model.hidden": C.each(C.at_least(1), non_empty=False),
+    "model.negative_slope": C.non_negative(),
+    "objective.kind": C.one_of("supervised", "diet"),
+    "objective.normalize_head": C.each(C.one_of(False, True)),
+    "optim.learning_rate": C.positive(), "optim.batch_size": C.at_least(1),
+    "optim.steps_per_call": C.at_least(1),
+    "eval.num_samples": C.at_least(2),
+    "sprites.size": C.at_least(8), "sprites.hidden": C.each(C.at_least(1)),
+    "sprites.batch_size": C.at_least(1), "sprites.learning_rate": C.positive(),
+    "sprites.steps_per_call": C.at_least(1),
+    "sprites.val_fraction": C.in_range(0.0, 1.0, low_open=True, high_open=True),
+    "sprites.test_fraction": C.in_range(0.0, 1.0, high_open=True),
+    "loop.num_steps": C.at_least(1), "loop.log_every": C.at_least(1),
+    "loop.checkpoint_every": C.at_least(1),
+}
+
+
 def get_config(spec: str = "smoke"):
   """The config of ``spec``: ``"<preset>"`` or ``"<task>,<preset>"`` (task vmf|sprites)."""
   task, _, preset = spec.rpartition(",")
@@ -97,4 +125,4 @@ def get_config(spec: str = "smoke"):
     overrides[p].update(extra)
   config = make_config(preset, _BASE, overrides)
   config.task = task
-  return config
+  return C.validate(config, CONSTRAINTS)
