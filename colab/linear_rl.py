@@ -42,10 +42,10 @@ if importlib.util.find_spec("jaxlib_papers") is None:
 # %%
 import os
 
-import matplotlib.pyplot as plt
 import numpy as np
 
-from jaxlib_papers.linear_rl import envs, kernel, train
+from jaxlib_papers.core import figures
+from jaxlib_papers.linear_rl import envs, kernel, plotting, train
 from jaxlib_papers.linear_rl.configs.default import get_config
 
 PRESET = os.environ.get("JAXLIB_PAPERS_DEMO_PRESET", "smoke")
@@ -58,26 +58,21 @@ print(f"preset {PRESET}: DeepSea N = {config.deep_sea.env.size}, "
 # ## DeepSea: regret per agent
 # Moving left pays 0.01/N, moving right pays nothing until the bottom-right
 # corner pays 1; which action index means "right" is random per cell and seed.
-# `train.run` compiles one program per agent and runs all seeds at once.
+# `train.run` compiles one program per agent and runs all seeds at once; its
+# `summary` holds the mean and std over seeds.
 
 # %%
-results = train.run(config, None)
-agents = results["agents"]
-fig, ax = plt.subplots(figsize=(6, 4))
-for label, summary in agents.items():
-  cum = np.cumsum(np.asarray(summary["regret"]), axis=1)
-  t = np.arange(1, cum.shape[1] + 1)
-  ax.plot(t, cum.mean(0), label=label)
-  ax.fill_between(t, cum.min(0), cum.max(0), alpha=0.2)
-ax.set_xlabel("episode")
-ax.set_ylabel("cumulative regret (band: min-max over seeds)")
-ax.set_title(f"DeepSea N = {config.deep_sea.env.size}")
-ax.legend()
-plt.show()
-for label, summary in agents.items():
-  print(f"{label:>18}: cumulative regret {np.mean(summary['cumulative_regret']):7.1f}, "
-        f"last-100 mean {np.mean(summary['mean_regret_last100']):.3f}, "
-        f"first goal episode {summary['first_goal_episode']}")
+result = train.run(config, None)
+agents = result.agents
+figures.show(plotting.regret_figure(
+    {label: np.asarray(a.regret) for label, a in agents.items()},
+    f"DeepSea N = {config.deep_sea.env.size} (band: min-max over seeds)"))
+for row in result.summary:
+  label = row["agent"]
+  print(f"{label:>18}: cumulative regret {row['cumulative_regret']:7.1f} "
+        f"(std {row['cumulative_regret_std']:.1f}), last-100 mean "
+        f"{row['mean_regret_last100']:.3f}, first goal episode "
+        f"{agents[label].first_goal_episode}")
 
 # %% [markdown]
 # ## Out-of-span episodes against d H (Lemma 3), and Lemma 2
@@ -87,19 +82,10 @@ for label, summary in agents.items():
 
 # %%
 ours = agents["nullspace"]
-fig, ax = plt.subplots(figsize=(6, 3.5))
-for seed, flags in enumerate(np.asarray(ours["out_of_span"])):
-  ax.step(np.arange(1, len(flags) + 1), np.cumsum(flags), where="post",
-          label=f"seed {seed}")
-ax.axhline(ours["dH"], color="k", ls="--", label="d H")
-ax.set_xlabel("episode")
-ax.set_ylabel("out-of-span episodes")
-ax.set_yscale("log")
-ax.legend(fontsize=7)
-plt.show()
-print(f"out-of-span episodes per seed {ours['out_of_span_episodes']} <= dH = {ours['dH']}")
+figures.show(plotting.out_of_span_figure(ours))
+print(f"out-of-span episodes per seed {ours.out_of_span_episodes} <= dH = {ours.dH}")
 print(f"Lemma 2: max |V_bar_1(s_1) - sum_h <omega_bar_h, phi_h>| on in-span episodes "
-      f"= {ours['lemma2_max_gap_in_span']:.2e}")
+      f"= {ours.lemma2_max_gap_in_span:.2e}")
 
 # %% [markdown]
 # ## One DeepSea trajectory
@@ -109,22 +95,4 @@ print(f"Lemma 2: max |V_bar_1(s_1) - sum_h <omega_bar_h, phi_h>| on in-span epis
 # %%
 env = envs.deep_sea(**dict(config.deep_sea.env))
 params = kernel.env_params_for_seed(env, int(config.seed))
-q_weights = np.asarray(ours["final_q_weights"][0])  # [H, d] of seed 0
-size = env.horizon
-col, path = 0, []
-for h in range(size):
-  q = q_weights[h, 2 * col:2 * col + 2]
-  action = int(np.argmax(q))
-  path.append((h, col))
-  right = action == int(params["right"][h, col])
-  col = min(col + 1, size - 1) if right else max(col - 1, 0)
-grid = np.zeros((size, size))
-for h, c in path:
-  grid[h, c] = 1
-grid[size - 1, size - 1] += 0.5
-plt.figure(figsize=(3.5, 3.5))
-plt.imshow(grid, cmap="Blues")
-plt.title("greedy path (goal: bottom right)")
-plt.xlabel("column")
-plt.ylabel("step h")
-plt.show()
+figures.show(plotting.deep_sea_path_figure(np.asarray(ours.final_q_weights[0]), params))

@@ -41,16 +41,15 @@ if importlib.util.find_spec("jaxlib_papers") is None:
 # %%
 import os
 
-import matplotlib.pyplot as plt
-import numpy as np
-
-from jaxlib_papers.minimax import train
+from jaxlib_papers.core import figures
+from jaxlib_papers.minimax import plotting, train
 from jaxlib_papers.minimax.configs.default import get_config
 
 PRESET = os.environ.get("JAXLIB_PAPERS_DEMO_PRESET", "smoke")
 config = get_config(PRESET)
+settings = train.settings_from_config(config)
 print(f"preset {PRESET}: n = {config.problem.n} (d = {2 * config.problem.n}), "
-      f"M = {config.solve.reg_factor:.3g} rho m, tol {config.solve.tol:g}")
+      f"M = {settings.reg_factor:.3g} rho m, tol {settings.tol:g}")
 
 # %% [markdown]
 # ## EG, EG-2 and LEN to ||F|| <= 1e-8
@@ -59,39 +58,16 @@ print(f"preset {PRESET}: n = {config.problem.n} (d = {2 * config.problem.n}), "
 
 # %%
 problem, _ = train.build_problem(config)
-program = train.compile_len_program(problem, config)
-results = train.run(config, None, compiled_len=program)
-dim = results["dim"]
+program = train.compile_len_program(problem, settings)
+result = train.run(config, None, compiled_len=program)
+dim = result.dim
 print(f"\n{'method':>12} {'iters':>7} {'#J':>4} {'cost':>9} {'seconds':>8}")
-for label, s in results["methods"].items():
-  print(f"{label:>12} {s['iterations']:7d} {s['num_jacobian_calls']:4d} "
-        f"{s['oracle_cost']:9.0f} {s['run_seconds']:8.3f}")
-
+for label, s in result.methods.items():
+  print(f"{label:>12} {s.iterations:7d} {s.num_jacobian_calls:4d} "
+        f"{s.oracle_cost:9.0f} {s.run_seconds:8.3f}")
 
 # %%
-def cost_axis(label, length):
-  t = np.arange(1, length + 1)
-  if label.startswith("EG("):
-    return 2 * t
-  m = 1 if label == "EG-2" else int(label.split("=")[1].rstrip(")"))
-  return 2 * t + dim * np.ceil(t / m)
-
-
-fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-for label, s in results["methods"].items():
-  hist = np.asarray(s["grad_norm_history"])
-  style = "--" if label.startswith("EG(") else "-"
-  axes[0].semilogy(np.arange(1, len(hist) + 1), hist, style, label=label)
-  axes[1].semilogy(cost_axis(label, len(hist)), hist, style, label=label)
-axes[0].set_xscale("log")
-axes[0].set_xlabel("iterations")
-axes[1].set_xscale("log")
-axes[1].set_xlabel("oracle cost #F + d #J")
-for ax in axes:
-  ax.set_ylabel("||F(z_{t+1/2})||")
-  ax.legend(fontsize=8)
-fig.tight_layout()
-plt.show()
+figures.show(plotting.history_figure(result))
 
 # %% [markdown]
 # ## The effect of m
@@ -100,21 +76,12 @@ plt.show()
 
 # %%
 ms = [m for m in (1, 2, 5, 10, 20, 50, 100) if m <= dim]
-rows = []
+sweep = []
 for m in ms:
-  _, s = train.solve_one(problem, "len", m, config, compiled_len=program)
-  rows.append((m, s["iterations"], s["num_jacobian_calls"], s["oracle_cost"],
-               s["run_seconds"], s["converged"]))
-  print(f"m={m:4d}: {s['iterations']:5d} it, #J {s['num_jacobian_calls']:4d}, "
-        f"cost {s['oracle_cost']:8.0f}, {s['run_seconds']:.3f} s, converged {s['converged']}")
+  _, s = train.solve_one(problem, "len", m, settings, compiled_len=program)
+  sweep.append(s)
+  print(f"m={m:4d}: {s.iterations:5d} it, #J {s.num_jacobian_calls:4d}, "
+        f"cost {s.oracle_cost:8.0f}, {s.run_seconds:.3f} s, converged {s.converged}")
 
-rows = np.array(rows, dtype=float)
-fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
-for ax, col, name in zip(axes, (1, 3, 4), ("iterations", "oracle cost", "seconds")):
-  ax.plot(rows[:, 0], rows[:, col], "o-")
-  ax.set_xscale("log")
-  ax.set_xlabel("m (Jacobian refresh period)")
-  ax.set_ylabel(name)
-fig.suptitle(f"LEN on the cubic saddle, d = {dim}, M = (16/3) rho m")
-fig.tight_layout()
-plt.show()
+figures.show(plotting.m_sweep_figure(
+    ms, sweep, f"LEN on the cubic saddle, d = {dim}, M = (16/3) rho m"))

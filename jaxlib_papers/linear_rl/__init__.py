@@ -5,7 +5,8 @@ Public API:
 * :mod:`envs`: ``deep_sea``, ``linear_system``, ``lqr`` (pure-function
   environments with deterministic dynamics and linear features), ``lqr_riccati``.
 * :mod:`kernel`: ``AgentConfig``, ``make_agent`` (null-space randomized LSVI,
-  LSVI-UCB, RLSVI, epsilon-greedy LSVI), ``run_episodes`` (one seed, one ``lax.scan``),
+  LSVI-UCB, RLSVI, epsilon-greedy LSVI, on the core episodic contract
+  ``core.contract.Agent``), ``run_episodes`` (one seed, one ``lax.scan``),
   and the linear-algebra kernels
   ``span_update``, ``min_norm_lstsq``, ``null_space_noise``,
   ``d_optimal_design``.
@@ -19,6 +20,7 @@ from jaxlib_papers.linear_rl.envs import deep_sea, linear_system, lqr, lqr_ricca
 from jaxlib_papers.linear_rl.kernel import (
                                             AGENTS,
                                             AgentConfig,
+                                            check_agent,
                                             d_optimal_design,
                                             make_agent,
                                             min_norm_lstsq,
@@ -29,7 +31,8 @@ from jaxlib_papers.linear_rl.kernel import (
 from jaxlib_papers.linear_rl.train import simulate
 
 __all__ = [
-    "AGENTS", "AgentConfig", "configs", "d_optimal_design", "deep_sea", "envs", "kernel",
+    "AGENTS", "AgentConfig", "check_agent", "configs", "d_optimal_design", "deep_sea",
+    "envs", "kernel",
     "linear_system", "lqr", "lqr_riccati", "make_agent", "min_norm_lstsq",
     "null_space_noise", "run_episodes", "simulate", "span_update", "train",
 ]

@@ -23,6 +23,7 @@ Rewards are random in ``[0, 1]`` (Bernoulli with the mean reward when
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, NamedTuple
 
@@ -128,6 +129,78 @@ def _no_nonconcave(q_weights):
 # ----------------------------------------------------------------------------
 
 
+class DeepSeaSpec(NamedTuple):
+  """Static settings of :func:`deep_sea`."""
+
+  size: int                 # N
+  reward_noise: bool        # Bernoulli rewards
+  randomize_actions: bool   # per-seed random action map (else index 1 is right)
+
+
+def _ds_col(state):
+  return state[0].astype(jnp.int32)
+
+
+def _ds_sample_params(spec: DeepSeaSpec, key):
+  n = spec.size
+  if spec.randomize_actions:
+    right = prng.bernoulli(key, 0.5, (n, n)).astype(jnp.int32)
+  else:
+    right = jnp.ones((n, n), jnp.int32)
+  return {"right": right}
+
+
+def _ds_initial_state(params, key):
+  del params, key
+  return jnp.zeros((1,), jnp.float64)
+
+
+def _ds_feature(spec: DeepSeaSpec, params, h, state, action):
+  del params, h
+  return jax.nn.one_hot(2 * _ds_col(state) + action, 2 * spec.size, dtype=jnp.float64)
+
+
+def _ds_step(spec: DeepSeaSpec, params, h, state, action, key):
+  n = spec.size
+  col = _ds_col(state)
+  moves_right = action == params["right"][h, col]
+  next_col = jnp.where(moves_right, jnp.minimum(col + 1, n - 1),
+                       jnp.maximum(col - 1, 0))
+  goal = (h == n - 1) & (col == n - 1)
+  mean = jnp.where(moves_right, jnp.where(goal, 1.0, 0.0),
+                   0.01 / n).astype(jnp.float64)
+  reward = _bernoulli_or_mean(key, mean, spec.reward_noise)
+  return next_col.astype(jnp.float64)[None], reward, mean
+
+
+def _ds_greedy(params, h, state, theta, key):
+  del params, h
+  col = _ds_col(state)
+  return random_argmax(jax.lax.dynamic_slice(theta, (2 * col,), (2,)), key)
+
+
+def _ds_max_value(params, h, states, theta):
+  del params, h
+  cols = states[:, 0].astype(jnp.int32)
+  return jnp.maximum(theta[2 * cols], theta[2 * cols + 1])
+
+
+def _ds_random_action(params, key):
+  del params
+  return prng.randint(key, (), 0, 2, jnp.int32)
+
+
+def _ds_all_features(spec: DeepSeaSpec, params, h, state):
+  del params, h
+  return jax.nn.one_hot(2 * _ds_col(state) + jnp.arange(2), 2 * spec.size,
+                        dtype=jnp.float64)
+
+
+def _ds_optimal_value(params, state):
+  del params, state
+  return jnp.ones((), jnp.float64)
+
+
 def deep_sea(size: int, reward_noise: bool = False,
              randomize_actions: bool = True) -> Env:
   """DeepSea of side ``N = size``, horizon ``N``.
@@ -154,68 +227,16 @@ def deep_sea(size: int, reward_noise: bool = False,
   """
   if not isinstance(size, (int, np.integer)) or size < 2:
     raise ValueError(f"size must be an int >= 2, got {size!r}")
-  n = int(size)
-  d = 2 * n
-  left_reward = 0.01 / n
-
-  def sample_params(key):
-    if randomize_actions:
-      right = prng.bernoulli(key, 0.5, (n, n)).astype(jnp.int32)
-    else:
-      right = jnp.ones((n, n), jnp.int32)
-    return {"right": right}
-
-  def initial_state(params, key):
-    del params, key
-    return jnp.zeros((1,), jnp.float64)
-
-  def _col(state):
-    return state[0].astype(jnp.int32)
-
-  def feature(params, h, state, action):
-    del params, h
-    return jax.nn.one_hot(2 * _col(state) + action, d, dtype=jnp.float64)
-
-  def step(params, h, state, action, key):
-    col = _col(state)
-    moves_right = action == params["right"][h, col]
-    next_col = jnp.where(moves_right, jnp.minimum(col + 1, n - 1),
-                         jnp.maximum(col - 1, 0))
-    goal = (h == n - 1) & (col == n - 1)
-    mean = jnp.where(moves_right, jnp.where(goal, 1.0, 0.0),
-                     left_reward).astype(jnp.float64)
-    reward = _bernoulli_or_mean(key, mean, reward_noise)
-    return next_col.astype(jnp.float64)[None], reward, mean
-
-  def greedy(params, h, state, theta, key):
-    del params, h
-    col = _col(state)
-    return random_argmax(jax.lax.dynamic_slice(theta, (2 * col,), (2,)), key)
-
-  def max_value(params, h, states, theta):
-    del params, h
-    cols = states[:, 0].astype(jnp.int32)
-    return jnp.maximum(theta[2 * cols], theta[2 * cols + 1])
-
-  def random_action(params, key):
-    del params
-    return prng.randint(key, (), 0, 2, jnp.int32)
-
-  def all_features(params, h, state):
-    del params, h
-    return jax.nn.one_hot(2 * _col(state) + jnp.arange(2), d,
-                          dtype=jnp.float64)
-
-  def optimal_value(params, state):
-    del params, state
-    return jnp.ones((), jnp.float64)
-
+  spec = DeepSeaSpec(int(size), reward_noise, randomize_actions)
+  d = 2 * spec.size
+  bind = functools.partial
   return Env(
-      name="deep_sea", horizon=n, feature_dim=d, state_dim=1, num_actions=2,
-      one_hot=True, sample_params=sample_params, initial_state=initial_state,
-      feature=feature, step=step, greedy=greedy, max_value=max_value,
-      random_action=random_action, all_features=all_features,
-      optimal_value=optimal_value, design_candidates=None,
+      name="deep_sea", horizon=spec.size, feature_dim=d, state_dim=1, num_actions=2,
+      one_hot=True, sample_params=bind(_ds_sample_params, spec),
+      initial_state=_ds_initial_state, feature=bind(_ds_feature, spec),
+      step=bind(_ds_step, spec), greedy=_ds_greedy, max_value=_ds_max_value,
+      random_action=_ds_random_action, all_features=bind(_ds_all_features, spec),
+      optimal_value=_ds_optimal_value, design_candidates=None,
       num_nonconcave=_no_nonconcave, null_action=np.zeros((), np.int32),
       max_distinct_per_step=d)
 
@@ -225,6 +246,107 @@ def deep_sea(size: int, reward_noise: bool = False,
 # ----------------------------------------------------------------------------
 
 _LIN_SCALE = math.sqrt(3.0)  # ||[s; a; 1]|| <= sqrt(3) when ||s||, ||a|| <= 1
+
+
+class LinearSystemSpec(NamedTuple):
+  """Static settings of :func:`linear_system`."""
+
+  state_dim: int              # d_s
+  action_dim: int             # d_a
+  num_actions: int            # K
+  horizon: int                # H
+  contraction: float          # rho
+  reward_noise: bool          # Bernoulli rewards
+  num_design_candidates: int  # features the D-optimal design chooses from
+
+
+def _unit(key, shape):
+  x = prng.normal(key, shape, jnp.float64)
+  return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def _ls_sample_params(spec: LinearSystemSpec, key):
+  ds, da, k = spec.state_dim, spec.action_dim, spec.num_actions
+  ko, kb, ka, kw1, kw2, ks, kr = jax.random.split(key, 7)
+  orth, _ = jnp.linalg.qr(prng.normal(ko, (ds, ds), jnp.float64))
+  gmat = prng.normal(kb, (ds, da), jnp.float64)
+  gmat = gmat / jnp.linalg.norm(gmat, ord=2)
+  radius = prng.uniform(kr, (), jnp.float64) ** (1.0 / ds)
+  return {
+      "A": spec.contraction * orth,
+      "B": (1.0 - spec.contraction) * gmat,
+      "actions": _unit(ka, (k, da)),
+      "w_s": 0.25 * _unit(kw1, (ds,)),
+      "w_a": 0.25 * _unit(kw2, (da,)),
+      "s1": radius * _unit(ks, (ds,)),
+  }
+
+
+def _ls_reward_weights(params):
+  # <omega, [s; a; 1] / c> = 0.5 + <w_s, s> + <w_a, a>.
+  return _LIN_SCALE * jnp.concatenate(
+      [params["w_s"], params["w_a"], jnp.full((1,), 0.5)])
+
+
+def _ls_initial_state(params, key):
+  del key
+  return params["s1"]
+
+
+def _ls_phi(state, action_vec):
+  return jnp.concatenate(
+      [state, action_vec, jnp.ones((1,), jnp.float64)]) / _LIN_SCALE
+
+
+def _ls_feature(params, h, state, action):
+  del h
+  return _ls_phi(state, params["actions"][action])
+
+
+def _ls_step(spec: LinearSystemSpec, params, h, state, action, key):
+  del h
+  a_vec = params["actions"][action]
+  next_state = params["A"] @ state + params["B"] @ a_vec
+  mean = 0.5 + params["w_s"] @ state + params["w_a"] @ a_vec
+  return next_state, _bernoulli_or_mean(key, mean, spec.reward_noise), mean
+
+
+def _ls_greedy(spec: LinearSystemSpec, params, h, state, theta, key):
+  del h, state  # the state term is common to all actions
+  ds, da = spec.state_dim, spec.action_dim
+  return random_argmax(params["actions"] @ theta[ds:ds + da], key)
+
+
+def _ls_max_value(spec: LinearSystemSpec, params, h, states, theta):
+  del h
+  ds, da = spec.state_dim, spec.action_dim
+  best_action = jnp.max(params["actions"] @ theta[ds:ds + da])
+  return (states @ theta[:ds] + best_action + theta[-1]) / _LIN_SCALE
+
+
+def _ls_random_action(spec: LinearSystemSpec, params, key):
+  del params
+  return prng.randint(key, (), 0, spec.num_actions, jnp.int32)
+
+
+def _ls_all_features(params, h, state):
+  del h
+  return jax.vmap(lambda a: _ls_phi(state, a))(params["actions"])
+
+
+def _ls_optimal_value(spec: LinearSystemSpec, params, state):
+  thetas = linear_system_optimal_weights(params, spec.horizon, _ls_reward_weights)
+  return _ls_max_value(spec, params, 0, state[None], thetas[0])[0]
+
+
+def _ls_design_candidates(spec: LinearSystemSpec, params):
+  num, ds = spec.num_design_candidates, spec.state_dim
+  key = jax.random.key(12345)
+  k1, k2, k3 = jax.random.split(key, 3)
+  radius = prng.uniform(k1, (num, 1)) ** (1.0 / ds)
+  states = radius * _unit(k2, (num, ds))
+  idx = prng.randint(k3, (num,), 0, spec.num_actions)
+  return jax.vmap(_ls_phi)(states, params["actions"][idx])
 
 
 def linear_system(state_dim: int = 3, action_dim: int = 3,
@@ -265,90 +387,19 @@ def linear_system(state_dim: int = 3, action_dim: int = 3,
       raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
   if not 0.0 < contraction < 1.0:
     raise ValueError(f"contraction must be in (0, 1), got {contraction!r}")
-  ds, da, k = int(state_dim), int(action_dim), int(num_actions)
-  d = ds + da + 1
-
-  def _unit(key, shape):
-    x = prng.normal(key, shape, jnp.float64)
-    return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
-
-  def sample_params(key):
-    ko, kb, ka, kw1, kw2, ks, kr = jax.random.split(key, 7)
-    orth, _ = jnp.linalg.qr(prng.normal(ko, (ds, ds), jnp.float64))
-    gmat = prng.normal(kb, (ds, da), jnp.float64)
-    gmat = gmat / jnp.linalg.norm(gmat, ord=2)
-    radius = prng.uniform(kr, (), jnp.float64) ** (1.0 / ds)
-    return {
-        "A": contraction * orth,
-        "B": (1.0 - contraction) * gmat,
-        "actions": _unit(ka, (k, da)),
-        "w_s": 0.25 * _unit(kw1, (ds,)),
-        "w_a": 0.25 * _unit(kw2, (da,)),
-        "s1": radius * _unit(ks, (ds,)),
-    }
-
-  def reward_weights(params):
-    # <omega, [s; a; 1] / c> = 0.5 + <w_s, s> + <w_a, a>.
-    return _LIN_SCALE * jnp.concatenate(
-        [params["w_s"], params["w_a"], jnp.full((1,), 0.5)])
-
-  def initial_state(params, key):
-    del key
-    return params["s1"]
-
-  def _phi(state, action_vec):
-    return jnp.concatenate(
-        [state, action_vec, jnp.ones((1,), jnp.float64)]) / _LIN_SCALE
-
-  def feature(params, h, state, action):
-    del h
-    return _phi(state, params["actions"][action])
-
-  def step(params, h, state, action, key):
-    del h
-    a_vec = params["actions"][action]
-    next_state = params["A"] @ state + params["B"] @ a_vec
-    mean = 0.5 + params["w_s"] @ state + params["w_a"] @ a_vec
-    return next_state, _bernoulli_or_mean(key, mean, reward_noise), mean
-
-  def greedy(params, h, state, theta, key):
-    del h, state  # the state term is common to all actions
-    return random_argmax(params["actions"] @ theta[ds:ds + da], key)
-
-  def max_value(params, h, states, theta):
-    del h
-    best_action = jnp.max(params["actions"] @ theta[ds:ds + da])
-    return (states @ theta[:ds] + best_action + theta[-1]) / _LIN_SCALE
-
-  def random_action(params, key):
-    del params
-    return prng.randint(key, (), 0, k, jnp.int32)
-
-  def all_features(params, h, state):
-    del h
-    return jax.vmap(lambda a: _phi(state, a))(params["actions"])
-
-  def optimal_value(params, state):
-    thetas = linear_system_optimal_weights(params, horizon, reward_weights)
-    return max_value(params, 0, state[None], thetas[0])[0]
-
-  def design_candidates(params):
-    key = jax.random.key(12345)
-    k1, k2, k3 = jax.random.split(key, 3)
-    radius = prng.uniform(k1, (num_design_candidates, 1)) ** (1.0 / ds)
-    states = radius * _unit(k2, (num_design_candidates, ds))
-    idx = prng.randint(k3, (num_design_candidates,), 0, k)
-    return jax.vmap(_phi)(states, params["actions"][idx])
-
-  env = Env(
-      name="linear_system", horizon=int(horizon), feature_dim=d, state_dim=ds,
-      num_actions=k, one_hot=False, sample_params=sample_params,
-      initial_state=initial_state, feature=feature, step=step, greedy=greedy,
-      max_value=max_value, random_action=random_action,
-      all_features=all_features, optimal_value=optimal_value,
-      design_candidates=design_candidates, num_nonconcave=_no_nonconcave,
-      null_action=np.zeros((), np.int32))
-  return env
+  spec = LinearSystemSpec(int(state_dim), int(action_dim), int(num_actions), horizon,
+                          contraction, reward_noise, num_design_candidates)
+  bind = functools.partial
+  return Env(
+      name="linear_system", horizon=int(horizon),
+      feature_dim=spec.state_dim + spec.action_dim + 1, state_dim=spec.state_dim,
+      num_actions=spec.num_actions, one_hot=False,
+      sample_params=bind(_ls_sample_params, spec), initial_state=_ls_initial_state,
+      feature=_ls_feature, step=bind(_ls_step, spec), greedy=bind(_ls_greedy, spec),
+      max_value=bind(_ls_max_value, spec), random_action=bind(_ls_random_action, spec),
+      all_features=_ls_all_features, optimal_value=bind(_ls_optimal_value, spec),
+      design_candidates=bind(_ls_design_candidates, spec),
+      num_nonconcave=_no_nonconcave, null_action=np.zeros((), np.int32))
 
 
 def linear_system_optimal_weights(params, horizon: int,
@@ -386,10 +437,150 @@ def linear_system_optimal_weights(params, horizon: int,
 _SQRT6 = math.sqrt(6.0)
 
 
-def lqr(a: float = 0.5, b: float = 1.0, q: float = 1.0, r: float = 1.0,
-        action_bound: float = 2.0, horizon: int = 5,
-        initial_bound: float = 1.0, reward_noise: bool = False,
-        design_grid: int = 7) -> Env:
+class LQRSpec(NamedTuple):
+  """Settings of :func:`lqr` (see there)."""
+
+  a: float = 0.5
+  b: float = 1.0
+  q: float = 1.0
+  r: float = 1.0
+  action_bound: float = 2.0
+  horizon: int = 5
+  initial_bound: float = 1.0
+  reward_noise: bool = False
+  design_grid: int = 7
+
+
+class LQRModel(NamedTuple):
+  """An :class:`LQRSpec` with its derived scales (what the LQR's functions read)."""
+
+  spec: LQRSpec
+  x_max: float       # X, bound on every reachable state
+  u_max: float       # U, the action bound
+  cost_scale: float  # C = q X^2 + r U^2
+
+
+def _check_lqr(spec: LQRSpec) -> LQRModel:
+  """Validates ``spec`` and derives its scales."""
+  a, b, q, r = spec.a, spec.b, spec.q, spec.r
+  if not abs(a) < 1.0:
+    raise ValueError(f"a must satisfy |a| < 1, got {a!r}")
+  if b == 0:
+    raise ValueError("b must be non-zero")
+  if q <= 0 or r <= 0:
+    raise ValueError(f"q and r must be positive, got q={q!r}, r={r!r}")
+  if spec.action_bound <= 0 or spec.initial_bound <= 0:
+    raise ValueError("action_bound and initial_bound must be positive")
+  if not isinstance(spec.horizon, (int, np.integer)) or spec.horizon < 1:
+    raise ValueError(f"horizon must be an int >= 1, got {spec.horizon!r}")
+  u_max = float(spec.action_bound)
+  x_max = max(float(spec.initial_bound), abs(b) * u_max / (1.0 - abs(a)))
+  # Riccati gains satisfy |K| < |a / b|; the optimum is interior on |x| <= X
+  # when |a / b| X <= U.
+  if abs(a / b) * x_max > u_max * (1 + 1e-12):
+    raise ValueError(
+        "the Riccati action could leave [-U, U] on reachable states "
+        f"(|a/b| X = {abs(a / b) * x_max:.3g} > U = {u_max:.3g}); "
+        "choose smaller |a| or larger action_bound")
+  return LQRModel(spec, x_max, u_max, q * x_max**2 + r * u_max**2)
+
+
+def _lqr_sample_params(model: LQRModel, key):
+  del key
+  return {"a": jnp.asarray(model.spec.a, jnp.float64),
+          "b": jnp.asarray(model.spec.b, jnp.float64)}
+
+
+def _lqr_initial_state(model: LQRModel, params, key):
+  del params
+  bound = model.spec.initial_bound
+  return prng.uniform(key, (1,), jnp.float64, -bound, bound)
+
+
+def _lqr_phi(model: LQRModel, x, u):
+  x_max, u_max = model.x_max, model.u_max
+  return jnp.stack([x * x / x_max**2, x * u / (x_max * u_max),
+                    u * u / u_max**2, x / x_max, u / u_max,
+                    jnp.ones_like(x)], axis=-1) / _SQRT6
+
+
+def _lqr_feature(model: LQRModel, params, h, state, action):
+  del params, h
+  return _lqr_phi(model, state[0], action)
+
+
+def _lqr_step(model: LQRModel, params, h, state, action, key):
+  del h
+  q, r = model.spec.q, model.spec.r
+  x = state[0]
+  mean = 1.0 - (q * x * x + r * action * action) / model.cost_scale
+  next_state = params["a"] * state + params["b"] * action
+  return next_state, _bernoulli_or_mean(key, mean, model.spec.reward_noise), mean
+
+
+def _lqr_coefficients(model: LQRModel, x, theta):
+  # Q(x, u) = c2 u^2 + c1 u + c0.
+  x_max, u_max = model.x_max, model.u_max
+  c2 = theta[2] / (u_max**2 * _SQRT6)
+  c1 = (theta[1] * x / (x_max * u_max) + theta[4] / u_max) / _SQRT6
+  c0 = (theta[0] * x * x / x_max**2 + theta[3] * x / x_max +
+        theta[5]) / _SQRT6
+  return c2, c1, c0
+
+
+def _lqr_maximise(model: LQRModel, x, theta):
+  u_max = model.u_max
+  c2, c1, c0 = _lqr_coefficients(model, x, theta)
+  concave = c2 < 0
+  interior = jnp.clip(-c1 / jnp.where(concave, 2 * c2, -1.0), -u_max, u_max)
+  endpoint = jnp.where(c1 >= 0, u_max, -u_max)
+  u = jnp.where(concave, interior, endpoint)
+  return u, c2 * u * u + c1 * u + c0, c1
+
+
+def _lqr_greedy(model: LQRModel, params, h, state, theta, key):
+  del params, h
+  u_max = model.u_max
+  u, _, c1 = _lqr_maximise(model, state[0], theta)
+  c2 = theta[2]
+  # Non-concave with c1 == 0: both end points tie.
+  tie = (c2 >= 0) & (jnp.abs(c1) <= TIE_RTOL * (1.0 + jnp.abs(theta).max()))
+  coin = prng.bernoulli(key)
+  return jnp.where(tie, jnp.where(coin, u_max, -u_max), u)
+
+
+def _lqr_max_value(model: LQRModel, params, h, states, theta):
+  del params, h
+  return jax.vmap(lambda x: _lqr_maximise(model, x, theta)[1])(states[:, 0])
+
+
+def _lqr_random_action(model: LQRModel, params, key):
+  del params
+  return prng.uniform(key, (), jnp.float64, -model.u_max, model.u_max)
+
+
+def _lqr_optimal_value(model: LQRModel, params, state):
+  del params
+  spec = model.spec
+  _, p, const = lqr_riccati(spec.a, spec.b, spec.q / model.cost_scale,
+                            spec.r / model.cost_scale, spec.horizon)
+  return const[0] - p[0] * state[0] ** 2
+
+
+def _lqr_design_candidates(model: LQRModel, params):
+  del params
+  grid = model.spec.design_grid
+  xs = jnp.linspace(-model.x_max, model.x_max, grid)
+  us = jnp.linspace(-model.u_max, model.u_max, grid)
+  xx, uu = jnp.meshgrid(xs, us, indexing="ij")
+  return _lqr_phi(model, xx.ravel(), uu.ravel())
+
+
+def _lqr_num_nonconcave(q_weights):
+  return jnp.sum(q_weights[:, 2] >= 0).astype(jnp.int32)
+
+
+def lqr(spec: LQRSpec | None = None, /, **fields: Any) -> Env:
   """Scalar deterministic LQR, ``x' = a x + b u``, ``|u| <= U``.
 
   Mean reward ``1 - (q x^2 + r u^2) / C`` with ``C = q X^2 + r U^2`` where
@@ -407,6 +598,8 @@ def lqr(a: float = 0.5, b: float = 1.0, q: float = 1.0, r: float = 1.0,
   quadratic there and the features are Bellman complete on the reachable set.
 
   Args:
+    spec: an :class:`LQRSpec` (default ``LQRSpec()``), its fields replaced by ``fields``.
+    **fields: fields of :class:`LQRSpec`:
     a, b: dynamics, ``|a| < 1``, ``b != 0``.
     q, r: state and action cost weights, positive.
     action_bound: ``U > 0``.
@@ -419,110 +612,22 @@ def lqr(a: float = 0.5, b: float = 1.0, q: float = 1.0, r: float = 1.0,
   Returns:
     The :class:`Env` (``num_actions = 0``: continuous actions).
   """
-  if not abs(a) < 1.0:
-    raise ValueError(f"a must satisfy |a| < 1, got {a!r}")
-  if b == 0:
-    raise ValueError("b must be non-zero")
-  if q <= 0 or r <= 0:
-    raise ValueError(f"q and r must be positive, got q={q!r}, r={r!r}")
-  if action_bound <= 0 or initial_bound <= 0:
-    raise ValueError("action_bound and initial_bound must be positive")
-  if not isinstance(horizon, (int, np.integer)) or horizon < 1:
-    raise ValueError(f"horizon must be an int >= 1, got {horizon!r}")
-  u_max = float(action_bound)
-  x_max = max(float(initial_bound), abs(b) * u_max / (1.0 - abs(a)))
-  # Riccati gains satisfy |K| < |a / b|; the optimum is interior on |x| <= X
-  # when |a / b| X <= U.
-  if abs(a / b) * x_max > u_max * (1 + 1e-12):
-    raise ValueError(
-        "the Riccati action could leave [-U, U] on reachable states "
-        f"(|a/b| X = {abs(a / b) * x_max:.3g} > U = {u_max:.3g}); "
-        "choose smaller |a| or larger action_bound")
-  cost_scale = q * x_max**2 + r * u_max**2
-
-  def sample_params(key):
-    del key
-    return {"a": jnp.asarray(a, jnp.float64), "b": jnp.asarray(b, jnp.float64)}
-
-  def initial_state(params, key):
-    del params
-    return prng.uniform(key, (1,), jnp.float64, -initial_bound,
-                              initial_bound)
-
-  def _phi(x, u):
-    return jnp.stack([x * x / x_max**2, x * u / (x_max * u_max),
-                      u * u / u_max**2, x / x_max, u / u_max,
-                      jnp.ones_like(x)], axis=-1) / _SQRT6
-
-  def feature(params, h, state, action):
-    del params, h
-    return _phi(state[0], action)
-
-  def step(params, h, state, action, key):
-    del h
-    x = state[0]
-    mean = 1.0 - (q * x * x + r * action * action) / cost_scale
-    next_state = params["a"] * state + params["b"] * action
-    return next_state, _bernoulli_or_mean(key, mean, reward_noise), mean
-
-  def _coefficients(x, theta):
-    # Q(x, u) = c2 u^2 + c1 u + c0.
-    c2 = theta[2] / (u_max**2 * _SQRT6)
-    c1 = (theta[1] * x / (x_max * u_max) + theta[4] / u_max) / _SQRT6
-    c0 = (theta[0] * x * x / x_max**2 + theta[3] * x / x_max +
-          theta[5]) / _SQRT6
-    return c2, c1, c0
-
-  def _maximise(x, theta):
-    c2, c1, c0 = _coefficients(x, theta)
-    concave = c2 < 0
-    interior = jnp.clip(-c1 / jnp.where(concave, 2 * c2, -1.0), -u_max, u_max)
-    endpoint = jnp.where(c1 >= 0, u_max, -u_max)
-    u = jnp.where(concave, interior, endpoint)
-    return u, c2 * u * u + c1 * u + c0, c1
-
-  def greedy(params, h, state, theta, key):
-    del params, h
-    u, _, c1 = _maximise(state[0], theta)
-    c2 = theta[2]
-    # Non-concave with c1 == 0: both end points tie.
-    tie = (c2 >= 0) & (jnp.abs(c1) <= TIE_RTOL * (1.0 + jnp.abs(theta).max()))
-    coin = prng.bernoulli(key)
-    return jnp.where(tie, jnp.where(coin, u_max, -u_max), u)
-
-  def max_value(params, h, states, theta):
-    del params, h
-    return jax.vmap(lambda x: _maximise(x, theta)[1])(states[:, 0])
-
-  def random_action(params, key):
-    del params
-    return prng.uniform(key, (), jnp.float64, -u_max, u_max)
-
-  def optimal_value(params, state):
-    del params
-    _, p, const = lqr_riccati(a, b, q / cost_scale, r / cost_scale, horizon)
-    return const[0] - p[0] * state[0] ** 2
-
-  def design_candidates(params):
-    del params
-    xs = jnp.linspace(-x_max, x_max, design_grid)
-    us = jnp.linspace(-u_max, u_max, design_grid)
-    xx, uu = jnp.meshgrid(xs, us, indexing="ij")
-    return _phi(xx.ravel(), uu.ravel())
-
-  def num_nonconcave(q_weights):
-    return jnp.sum(q_weights[:, 2] >= 0).astype(jnp.int32)
-
-  env = Env(
-      name="lqr", horizon=int(horizon), feature_dim=6, state_dim=1,
-      num_actions=0, one_hot=False, sample_params=sample_params,
-      initial_state=initial_state, feature=feature, step=step, greedy=greedy,
-      max_value=max_value, random_action=random_action, all_features=None,
-      optimal_value=optimal_value, design_candidates=design_candidates,
-      num_nonconcave=num_nonconcave, null_action=np.zeros((), np.float64),
-      info={"x_max": x_max, "u_max": u_max, "cost_scale": cost_scale,
-            "a": float(a), "b": float(b), "q": float(q), "r": float(r)})
-  return env
+  spec = (LQRSpec() if spec is None else spec)._replace(**fields)
+  model = _check_lqr(spec)
+  bind = functools.partial
+  return Env(
+      name="lqr", horizon=int(spec.horizon), feature_dim=6, state_dim=1,
+      num_actions=0, one_hot=False, sample_params=bind(_lqr_sample_params, model),
+      initial_state=bind(_lqr_initial_state, model), feature=bind(_lqr_feature, model),
+      step=bind(_lqr_step, model), greedy=bind(_lqr_greedy, model),
+      max_value=bind(_lqr_max_value, model),
+      random_action=bind(_lqr_random_action, model), all_features=None,
+      optimal_value=bind(_lqr_optimal_value, model),
+      design_candidates=bind(_lqr_design_candidates, model),
+      num_nonconcave=_lqr_num_nonconcave, null_action=np.zeros((), np.float64),
+      info={"x_max": model.x_max, "u_max": model.u_max, "cost_scale": model.cost_scale,
+            "a": float(spec.a), "b": float(spec.b), "q": float(spec.q),
+            "r": float(spec.r)})
 
 
 def lqr_scales(env: Env) -> tuple[float, float, float]:

@@ -19,8 +19,11 @@ Planning for null-space randomized LSVI, ``h = H..1``:
   ``omega_bar``  ridge estimate of the reward weights plus
                  ``N(0, sigma_R^2 Sigma^{-1})``,
   ``Q_bar_h = <omega_bar + theta_hat + xi, phi>``; no clipping.
-The agent acts greedily (random tie-breaking). A run of ``T`` episodes is one
-``lax.scan`` (:func:`run_episodes`); ``train.simulate`` vmaps and jits it over seeds.
+The agent acts greedily (random tie-breaking). The agents are module-level pure
+functions (:func:`plan`, :func:`act`, :func:`learn`) bound by :func:`make_agent` into the
+core episodic contract (``core.contract.Agent`` / ``Episodic``); a run of ``T`` episodes is
+``contract.run_episodes``, one ``lax.scan`` (:func:`run_episodes` draws the seed's
+environment first); ``train.simulate`` vmaps and jits it over seeds.
 
 Baselines in the same framework: LSVI-UCB (ridge LS of ``r + V_{h+1}`` plus
 ``beta ||phi||_{Lambda^{-1}}``, capped at the remaining horizon), RLSVI
@@ -29,7 +32,8 @@ Baselines in the same framework: LSVI-UCB (ridge LS of ``r + V_{h+1}`` plus
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+import functools
+from typing import Any, NamedTuple
 
 import chex
 import jax
@@ -37,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 
-from jaxlib_papers.core import precision, prng
+from jaxlib_papers.core import contract, precision, prng
 from jaxlib_papers.linear_rl import envs as envs_lib
 
 Array = jax.Array
@@ -350,25 +354,47 @@ class Trajectory(NamedTuple):
   states: Array        # [H, S]
 
 
-def _insert_row(features, next_states, states, actions, counts, num_rows,
-                overflow, phi, next_state, state, action):
+class Table(NamedTuple):
+  """One step's deduplicated visits (the first fields of :class:`Data`, one ``h``)."""
+
+  features: Array      # [C, d]
+  next_states: Array   # [C, S]
+  states: Array        # [C, S]
+  actions: Array       # [C]
+  counts: Array        # [C]
+  num_rows: Array      # [] int32
+  overflow: Array      # [] int32
+
+
+class Visit(NamedTuple):
+  """One visit of ``(state, action)`` at one step."""
+
+  feature: Array       # [d]
+  next_state: Array    # [S]
+  state: Array         # [S]
+  action: Array        # [] float64
+
+
+def _insert_row(table: Table, visit: Visit) -> Table:
   """Counts one visit of ``(state, action)`` in one step's table."""
-  capacity = counts.shape[0]
-  match = ((counts > 0) & jnp.all(states == state, axis=-1) &
-           (actions == action))
+  capacity = table.counts.shape[0]
+  match = ((table.counts > 0) & jnp.all(table.states == visit.state, axis=-1) &
+           (table.actions == visit.action))
   found = jnp.any(match)
-  free = num_rows < capacity
-  row = jnp.where(found, jnp.argmax(match), jnp.minimum(num_rows, capacity - 1))
+  free = table.num_rows < capacity
+  row = jnp.where(found, jnp.argmax(match), jnp.minimum(table.num_rows, capacity - 1))
   write = found | free
   new_row = ~found & free
-  return (
-      jnp.where(new_row, features.at[row].set(phi), features),
-      jnp.where(new_row, next_states.at[row].set(next_state), next_states),
-      jnp.where(new_row, states.at[row].set(state), states),
-      jnp.where(new_row, actions.at[row].set(action), actions),
-      jnp.where(write, counts.at[row].add(1.0), counts),
-      num_rows + new_row.astype(num_rows.dtype),
-      overflow + (~write).astype(overflow.dtype))
+  return Table(
+      features=jnp.where(new_row, table.features.at[row].set(visit.feature),
+                         table.features),
+      next_states=jnp.where(new_row, table.next_states.at[row].set(visit.next_state),
+                            table.next_states),
+      states=jnp.where(new_row, table.states.at[row].set(visit.state), table.states),
+      actions=jnp.where(new_row, table.actions.at[row].set(visit.action), table.actions),
+      counts=jnp.where(write, table.counts.at[row].add(1.0), table.counts),
+      num_rows=table.num_rows + new_row.astype(table.num_rows.dtype),
+      overflow=table.overflow + (~write).astype(table.overflow.dtype))
 
 
 def add_episode(data: Data, traj: Trajectory, span_tol: float
@@ -377,12 +403,12 @@ def add_episode(data: Data, traj: Trajectory, span_tol: float
   basis, rank, added = jax.vmap(
       lambda b, r, p: span_update(b, r, p, span_tol))(
           data.basis, data.rank, traj.features)
-  rows = jax.vmap(_insert_row)(
-      data.features, data.next_states, data.states, data.actions, data.counts,
-      data.num_rows, data.overflow, traj.features, traj.next_states,
-      traj.states, traj.actions.astype(jnp.float64))
+  table = Table(**{name: getattr(data, name) for name in Table._fields})
+  visits = Visit(traj.features, traj.next_states, traj.states,
+                 traj.actions.astype(jnp.float64))
+  rows = jax.vmap(_insert_row)(table, visits)
   data = Data(
-      *rows,
+      **rows._asdict(),
       gram=data.gram + jnp.einsum("hi,hj->hij", traj.features, traj.features),
       reward_moment=data.reward_moment + traj.features * traj.rewards[:, None],
       basis=basis, rank=rank, count=data.count + 1)
@@ -408,11 +434,6 @@ class Policy(NamedTuple):
   ucb_precision_inv: Array | None   # [H, d, d]
 
 
-class Agent(NamedTuple):
-  plan: Callable[..., Policy]  # (data, params, design_gram, key) -> Policy
-  act: Callable[..., Array]    # (policy, params, h, state, key) -> action
-
-
 def _ucb_q_all(env, params, h, state, policy_h_w, precision_inv, beta):
   """LSVI-UCB Q-values of every action at ``state`` (generic features)."""
   feats = env.all_features(params, h, state)  # [A, d]
@@ -422,109 +443,129 @@ def _ucb_q_all(env, params, h, state, policy_h_w, precision_inv, beta):
                      (env.horizon - h).astype(jnp.float64))
 
 
-def make_agent(env: envs_lib.Env, cfg: AgentConfig) -> Agent:
-  """Returns the pure ``plan``/``act`` functions of agent ``cfg.name``."""
+def _generic_ucb(env: envs_lib.Env, cfg: AgentConfig) -> bool:
+  """LSVI-UCB with a bonus that is not linear in the features (non one-hot)."""
+  return cfg.name == "lsvi_ucb" and not env.one_hot
+
+
+def check_agent(env: envs_lib.Env, cfg: AgentConfig) -> None:
+  """Raises ValueError for a bad ``cfg`` or an agent ``env`` cannot host."""
   validate_agent_config(cfg)
-  horizon, d = env.horizon, env.feature_dim
-  generic_ucb = cfg.name == "lsvi_ucb" and not env.one_hot
-  isotropic_design = env.one_hot or env.design_candidates is None
-  if generic_ucb and env.all_features is None:
+  if _generic_ucb(env, cfg) and env.all_features is None:
     raise ValueError(
         f"lsvi_ucb needs a finite action set; env {env.name!r} has none")
+
+
+def next_values(env: envs_lib.Env, cfg: AgentConfig, params, h, next_states, q_next,
+                precision_inv_next) -> Array:
+  """``V_{h+1}(s')`` for every stored next state (0 after the last step)."""
+  horizon = env.horizon
+  h_next = jnp.minimum(h + 1, horizon - 1)
+  if _generic_ucb(env, cfg):
+    values = jax.vmap(lambda s: jnp.max(_ucb_q_all(
+        env, params, h_next, s, q_next, precision_inv_next, cfg.beta)))(
+            next_states)
+  else:
+    values = env.max_value(params, h_next, next_states, q_next)
+  return jnp.where(h == horizon - 1, 0.0, values)
+
+
+def factorise(env: envs_lib.Env, cfg: AgentConfig, gram, moment, basis, rank, k, design
+              ) -> tuple[Array, Array, Array]:
+  """Per-step work that does not depend on ``V_{h+1}`` (batched over h).
+
+  Returns:
+    ``(chol [d, d], offset [d], reward_part [d])``: the regression's Cholesky factor, the
+    sampled part of ``Q_bar`` (nullspace: ``omega_bar + xi``; RLSVI: the posterior
+    noise) and the sampled reward weights.
+  """
+  d = env.feature_dim
   eye = jnp.eye(d, dtype=jnp.float64)
-
-  def next_values(params, h, next_states, q_next, precision_inv_next):
-    """``V_{h+1}(s')`` for every stored next state (0 after the last step)."""
-    h_next = jnp.minimum(h + 1, horizon - 1)
-    if generic_ucb:
-      values = jax.vmap(lambda s: jnp.max(_ucb_q_all(
-          env, params, h_next, s, q_next, precision_inv_next, cfg.beta)))(
-              next_states)
-    else:
-      values = env.max_value(params, h_next, next_states, q_next)
-    return jnp.where(h == horizon - 1, 0.0, values)
-
-  def factorise(gram, moment, basis, rank, k, design):
-    """Per-step work that does not depend on ``V_{h+1}`` (batched over h)."""
-    k_theta, k_reward = jax.random.split(k)
-    if cfg.name == "nullspace":
-      chol = lstsq_factor(basis, rank, gram)
-      if isotropic_design:
-        # Lambda_0 = I / d: Q Lambda^{-1} Q = d Q, so xi = sigma sqrt(d) Q z
-        # exactly (same law as the Cholesky route, without a factorisation).
-        z = prng.normal(k_theta, (d,), jnp.float64)
-        xi = cfg.sigma_theta * jnp.sqrt(float(d)) * (z - basis @ (basis.T @ z))
-      else:
-        xi = null_space_noise(basis, design, k_theta, cfg.sigma_theta)
-      _, omega_bar = gaussian_from_precision(
-          cfg.ridge * eye + gram, moment, k_reward, cfg.sigma_reward)
-      return chol, omega_bar + xi, omega_bar
-    if cfg.name == "rlsvi":
-      precision = gram / cfg.rlsvi_noise**2 + cfg.rlsvi_prior * eye
-      chol = jnp.linalg.cholesky(precision)
+  k_theta, k_reward = jax.random.split(k)
+  if cfg.name == "nullspace":
+    chol = lstsq_factor(basis, rank, gram)
+    if env.one_hot or env.design_candidates is None:
+      # Lambda_0 = I / d: Q Lambda^{-1} Q = d Q, so xi = sigma sqrt(d) Q z
+      # exactly (same law as the Cholesky route, without a factorisation).
       z = prng.normal(k_theta, (d,), jnp.float64)
-      return chol, solve_triangular(chol.T, z, lower=False), jnp.zeros((d,))
-    precision = cfg.ridge * eye + gram
-    chol = jnp.linalg.cholesky(precision)
-    return chol, jnp.zeros((d,)), jnp.zeros((d,))
-
-  def plan(data: Data, params, design: Array, key: Array) -> Policy:
-    keys = jax.random.split(key, horizon)
-    steps = jnp.arange(horizon)
-    chols, offsets, reward_parts = jax.vmap(
-        factorise, in_axes=(0, 0, 0, 0, 0, None))(
-            data.gram, data.reward_moment, data.basis, data.rank, keys, design)
-
-    def backward(carry, xs):
-      q_next, prec_inv_next = carry
-      h, feats, nxt, counts, moment, basis, chol, offset, reward_part = xs
-      # Empty rows have zero features and zero counts: they contribute nothing.
-      targets = next_values(params, h, nxt, q_next, prec_inv_next)
-      prec_inv = prec_inv_next
-      if cfg.name == "nullspace":
-        # Q_bar = omega_bar + theta_hat + xi; offset = omega_bar + xi.
-        q = offset + lstsq_solve(basis, chol, feats, targets, counts)
-      elif cfg.name == "rlsvi":
-        var = cfg.rlsvi_noise**2
-        rhs = (moment + feats.T @ (counts * targets)) / var
-        q = cho_solve((chol, True), rhs) + offset
-        reward_part = q
-      else:
-        q = cho_solve((chol, True), moment + feats.T @ (counts * targets))
-        if cfg.name == "lsvi_ucb":
-          if env.one_hot:
-            # One-hot: Lambda is diagonal and the capped bonus is per feature,
-            # so UCB's Q is again linear with these weights.
-            diag = jnp.sum(chol**2, axis=1)  # diag(L L^T)
-            q = jnp.minimum(q + cfg.beta / jnp.sqrt(diag),
-                            (horizon - h).astype(jnp.float64))
-          else:
-            prec_inv = cho_solve((chol, True), eye)
-        reward_part = q
-      return (q, prec_inv), (q, reward_part, prec_inv)
-
-    init = (jnp.zeros((d,), jnp.float64), jnp.zeros((d, d), jnp.float64))
-    xs = (steps, data.features, data.next_states, data.counts,
-          data.reward_moment, data.basis, chols, offsets, reward_parts)
-    _, (q_weights, reward_weights, prec_invs) = jax.lax.scan(
-        backward, init, xs, reverse=True)
-    return Policy(q_weights, reward_weights,
-                  prec_invs if generic_ucb else None)
-
-  def act(policy: Policy, params, h, state, key) -> Array:
-    k_greedy, k_explore, k_random = jax.random.split(key, 3)
-    if generic_ucb:
-      scores = _ucb_q_all(env, params, h, state, policy.q_weights[h],
-                          policy.ucb_precision_inv[h], cfg.beta)
-      action = envs_lib.random_argmax(scores, k_greedy)
+      xi = cfg.sigma_theta * jnp.sqrt(float(d)) * (z - basis @ (basis.T @ z))
     else:
-      action = env.greedy(params, h, state, policy.q_weights[h], k_greedy)
-    if cfg.name == "eps_greedy":
-      explore = prng.bernoulli(k_explore, cfg.epsilon)
-      action = jnp.where(explore, env.random_action(params, k_random), action)
-    return action
+      xi = null_space_noise(basis, design, k_theta, cfg.sigma_theta)
+    _, omega_bar = gaussian_from_precision(
+        cfg.ridge * eye + gram, moment, k_reward, cfg.sigma_reward)
+    return chol, omega_bar + xi, omega_bar
+  if cfg.name == "rlsvi":
+    precision = gram / cfg.rlsvi_noise**2 + cfg.rlsvi_prior * eye
+    chol = jnp.linalg.cholesky(precision)
+    z = prng.normal(k_theta, (d,), jnp.float64)
+    return chol, solve_triangular(chol.T, z, lower=False), jnp.zeros((d,))
+  precision = cfg.ridge * eye + gram
+  chol = jnp.linalg.cholesky(precision)
+  return chol, jnp.zeros((d,)), jnp.zeros((d,))
 
-  return Agent(plan, act)
+
+def backward_step(env: envs_lib.Env, cfg: AgentConfig, params, carry, xs):
+  """Step ``h`` of the backward pass (``h = H..1``): ``Q_h`` from ``V_{h+1}``."""
+  q_next, prec_inv_next = carry
+  h, feats, nxt, counts, moment, basis, chol, offset, reward_part = xs
+  # Empty rows have zero features and zero counts: they contribute nothing.
+  targets = next_values(env, cfg, params, h, nxt, q_next, prec_inv_next)
+  prec_inv = prec_inv_next
+  if cfg.name == "nullspace":
+    # Q_bar = omega_bar + theta_hat + xi; offset = omega_bar + xi.
+    q = offset + lstsq_solve(basis, chol, feats, targets, counts)
+  elif cfg.name == "rlsvi":
+    var = cfg.rlsvi_noise**2
+    rhs = (moment + feats.T @ (counts * targets)) / var
+    q = cho_solve((chol, True), rhs) + offset
+    reward_part = q
+  else:
+    q = cho_solve((chol, True), moment + feats.T @ (counts * targets))
+    if cfg.name == "lsvi_ucb":
+      if env.one_hot:
+        # One-hot: Lambda is diagonal and the capped bonus is per feature,
+        # so UCB's Q is again linear with these weights.
+        diag = jnp.sum(chol**2, axis=1)  # diag(L L^T)
+        q = jnp.minimum(q + cfg.beta / jnp.sqrt(diag),
+                        (env.horizon - h).astype(jnp.float64))
+      else:
+        prec_inv = cho_solve((chol, True), jnp.eye(env.feature_dim, dtype=jnp.float64))
+    reward_part = q
+  return (q, prec_inv), (q, reward_part, prec_inv)
+
+
+def plan(env: envs_lib.Env, cfg: AgentConfig, data: Data, params, design: Array,
+         key: Array) -> Policy:
+  """The policy of the next episode from ``data``: one backward ``lax.scan`` over h."""
+  horizon, d = env.horizon, env.feature_dim
+  keys = jax.random.split(key, horizon)
+  steps = jnp.arange(horizon)
+  chols, offsets, reward_parts = jax.vmap(
+      functools.partial(factorise, env, cfg), in_axes=(0, 0, 0, 0, 0, None))(
+          data.gram, data.reward_moment, data.basis, data.rank, keys, design)
+  init = (jnp.zeros((d,), jnp.float64), jnp.zeros((d, d), jnp.float64))
+  xs = (steps, data.features, data.next_states, data.counts,
+        data.reward_moment, data.basis, chols, offsets, reward_parts)
+  _, (q_weights, reward_weights, prec_invs) = jax.lax.scan(
+      functools.partial(backward_step, env, cfg, params), init, xs, reverse=True)
+  return Policy(q_weights, reward_weights,
+                prec_invs if _generic_ucb(env, cfg) else None)
+
+
+def act(env: envs_lib.Env, cfg: AgentConfig, policy: Policy, params, h, state, key
+        ) -> Array:
+  """The action at step ``h`` in ``state``: greedy in ``Q_h`` (eps-greedy: or random)."""
+  k_greedy, k_explore, k_random = jax.random.split(key, 3)
+  if _generic_ucb(env, cfg):
+    scores = _ucb_q_all(env, params, h, state, policy.q_weights[h],
+                        policy.ucb_precision_inv[h], cfg.beta)
+    action = envs_lib.random_argmax(scores, k_greedy)
+  else:
+    action = env.greedy(params, h, state, policy.q_weights[h], k_greedy)
+  if cfg.name == "eps_greedy":
+    explore = prng.bernoulli(k_explore, cfg.epsilon)
+    action = jnp.where(explore, env.random_action(params, k_random), action)
+  return action
 
 
 # ----------------------------------------------------------------------------
@@ -554,27 +595,65 @@ class RunOutput(NamedTuple):
   overflow: Array          # [] visits lost to a full history table (0)
 
 
-def rollout(env: envs_lib.Env, agent: Agent, policy: Policy, params,
-            initial_state: Array, key: Array) -> Trajectory:
-  """Runs one episode under ``policy``; returns the :class:`Trajectory`."""
+def transition(env: envs_lib.Env, params, h, state, action, key
+               ) -> tuple[Array, Trajectory]:
+  """One step of ``env``: the next state and the step's record (a :class:`Trajectory` row)."""
+  phi = env.feature(params, h, state, action)
+  next_state, reward, mean = env.step(params, h, state, action, key)
+  return next_state, Trajectory(features=phi, next_states=next_state, rewards=reward,
+                                mean_rewards=mean, actions=action, states=state)
 
-  def step(state, xs):
-    h, k = xs
-    k_act, k_env = jax.random.split(k)
-    action = agent.act(policy, params, h, state, k_act)
-    phi = env.feature(params, h, state, action)
-    next_state, reward, mean = env.step(params, h, state, action, k_env)
-    return next_state, (phi, next_state, reward, mean, action, state)
 
-  xs = (jnp.arange(env.horizon), jax.random.split(key, env.horizon))
-  _, (phis, nexts, rewards, means, actions, states) = jax.lax.scan(
-      step, initial_state, xs)
-  return Trajectory(phis, nexts, rewards, means, actions, states)
+def learn(env: envs_lib.Env, span_tol: float, params, memory: tuple[Data, Array],
+          policy: Policy, s1: Array, traj: Trajectory
+          ) -> tuple[tuple[Data, Array], EpisodeMetrics]:
+  """Stores an episode; memory is ``(data, q_weights of the last plan)``."""
+  data, _ = memory
+  data, added = add_episode(data, traj, span_tol)
+  expected = jnp.sum(traj.mean_rewards)
+  metrics = EpisodeMetrics(
+      regret=env.optimal_value(params, s1) - expected,
+      expected_return=expected,
+      realised_return=jnp.sum(traj.rewards),
+      out_of_span=jnp.any(added),
+      new_dims=jnp.sum(added).astype(jnp.int32),
+      total_rank=jnp.sum(data.rank),
+      predicted_value=policy.q_weights[0] @ traj.features[0],
+      predicted_reward=jnp.sum(policy.reward_weights * traj.features),
+      nonconcave=env.num_nonconcave(policy.q_weights))
+  return (data, policy.q_weights), metrics
+
+
+def make_agent(env: envs_lib.Env, cfg: AgentConfig, params, design: Array
+               ) -> tuple[contract.Agent, contract.Episodic]:
+  """Agent ``cfg.name`` and ``env`` (per-seed ``params``) on the core episodic contract.
+
+  Args:
+    env: the environment.
+    cfg: agent hyperparameters (checked by :func:`check_agent`).
+    params: the seed's environment parameters (``env.sample_params``).
+    design: ``Lambda_0 [d, d]`` (:func:`design_gram`).
+
+  Returns:
+    ``(agent, episodic)`` for ``contract.run_episodes``; the agent's memory is
+    ``(Data, q_weights [H, d] of the last plan)``.
+  """
+  check_agent(env, cfg)
+  agent = contract.Agent(
+      plan=lambda memory, key: plan(env, cfg, memory[0], params, design, key),
+      act=lambda policy, h, state, key: act(env, cfg, policy, params, h, state, key),
+      learn=functools.partial(learn, env, cfg.span_tol, params))
+  episodic = contract.Episodic(
+      horizon=env.horizon, reset=functools.partial(env.initial_state, params),
+      transition=functools.partial(transition, env, params))
+  return agent, episodic
 
 
 def run_episodes(env: envs_lib.Env, cfg: AgentConfig, num_episodes: int,
-        key: Array, capacity: int | None = None) -> RunOutput:
+                 key: Array, capacity: int | None = None) -> RunOutput:
   """One seed: ``num_episodes`` episodes as one ``lax.scan`` (pure; trace in x64).
+
+  Draws the seed's environment, then runs ``contract.run_episodes``.
 
   Args:
     env: the environment.
@@ -582,6 +661,7 @@ def run_episodes(env: envs_lib.Env, cfg: AgentConfig, num_episodes: int,
     num_episodes: ``T``.
     key: PRNG key; it draws the per-seed environment (action map, matrices)
       and all of the agent's and environment's randomness.
+    capacity: optional cap on the rows per step of the history (:func:`data_capacity`).
 
   Returns:
     :class:`RunOutput`.
@@ -589,35 +669,15 @@ def run_episodes(env: envs_lib.Env, cfg: AgentConfig, num_episodes: int,
   if jnp.zeros(()).dtype != jnp.float64:
     raise ValueError("linear_rl needs float64: run inside "
                      "jaxlib_papers.core.precision.enable_x64()")
-  agent = make_agent(env, cfg)
+  check_agent(env, cfg)
   k_env, k_run = jax.random.split(key)
   params = env.sample_params(k_env)
   design = design_gram(env, params, cfg.design_iters)
   data = init_data(env, num_episodes, capacity)
-
-  def episode(carry, k):
-    data, _ = carry
-    k_plan, k_init, k_roll = jax.random.split(k, 3)
-    policy = agent.plan(data, params, design, k_plan)
-    s1 = env.initial_state(params, k_init)
-    traj = rollout(env, agent, policy, params, s1, k_roll)
-    data, added = add_episode(data, traj, cfg.span_tol)
-    expected = jnp.sum(traj.mean_rewards)
-    metrics = EpisodeMetrics(
-        regret=env.optimal_value(params, s1) - expected,
-        expected_return=expected,
-        realised_return=jnp.sum(traj.rewards),
-        out_of_span=jnp.any(added),
-        new_dims=jnp.sum(added).astype(jnp.int32),
-        total_rank=jnp.sum(data.rank),
-        predicted_value=policy.q_weights[0] @ traj.features[0],
-        predicted_reward=jnp.sum(policy.reward_weights * traj.features),
-        nonconcave=env.num_nonconcave(policy.q_weights))
-    return (data, policy.q_weights), metrics
-
-  init = (data, jnp.zeros((env.horizon, env.feature_dim), jnp.float64))
-  (data, last_q), metrics = jax.lax.scan(
-      episode, init, jax.random.split(k_run, num_episodes))
+  agent, episodic = make_agent(env, cfg, params, design)
+  memory = (data, jnp.zeros((env.horizon, env.feature_dim), jnp.float64))
+  (data, last_q), metrics = contract.run_episodes(agent, episodic, memory, k_run,
+                                                  num_episodes)
   # The last episode's plan (from T - 1 episodes of data): a separate final
   # plan would double the compiled program for one read-out.
   return RunOutput(metrics, last_q, data.rank, data.gram,

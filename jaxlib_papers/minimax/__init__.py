@@ -4,8 +4,9 @@ Solvers (pure, jittable ``solve(z0)`` functions, one ``lax.while_loop`` each, fl
 ``make_len`` (LEN), ``make_eg2`` (m = 1), ``make_eg``, ``make_len_restart``; LEN and EG as
 ``core.contract.Solver`` objects (``len_solver``, ``eg_solver``) over one typed
 ``LoopState``. ``train.solve`` jits one in float64; ``train.run(config, workdir)`` runs a
-config. Problems: ``cubic_bilinear`` (exact saddle), ``fairness_logistic``,
-``from_objective`` (any f(x, y)).
+config (checked first by ``train.settings_from_config``) and returns a typed
+``train.RunResult``; its figures are in ``plotting``. Problems: ``cubic_bilinear`` (exact
+saddle), ``fairness_logistic``, ``from_objective`` (any f(x, y)).
 """
 
 from jaxlib_papers.minimax import configs, data, kernel, problems, train

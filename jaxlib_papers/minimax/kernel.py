@@ -287,6 +287,31 @@ def _ops(factorization: str) -> _Ops:
 # --------------------------------------------------------------------------- subproblem
 
 
+def _evaluate_phi(ops: _Ops, fac: Any, g_rot: jax.Array, reg_weight: jax.Array,
+                  lam: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """(phi(lam) [], phi'(lam) [], w) with phi(lam) = M ||(J + lam I)^{-1} g|| - lam."""
+  norm, slope, w = ops.norm_and_slope(fac, g_rot, lam)
+  return reg_weight * norm - lam, reg_weight * slope - 1.0, w
+
+
+def _next_try(lam: jax.Array, phi: jax.Array, dphi: jax.Array, lo: jax.Array,
+              hi: jax.Array, rtol: float, tiny: Any
+              ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+  """One safeguarded Newton decision: (next lam, lo, hi, done) from phi at ``lam``."""
+  at_root = jnp.abs(phi) <= rtol * lam
+  above = phi > 0  # root lies right of lam (NaN counts as "left" and shrinks hi)
+  lo = jnp.where(above, lam, lo)
+  hi = jnp.where(above, hi, lam)
+  newton = lam - phi / dphi
+  inside = jnp.isfinite(newton) & (newton > lo) & (newton < hi)
+  # A Newton step below rtol * lam: lam is then within ~rtol of the root already.
+  small_step = inside & (jnp.abs(newton - lam) <= rtol * lam)
+  fallback = jnp.where(jnp.isfinite(hi), 0.5 * (lo + hi), 2.0 * lam)
+  next_lam = jnp.maximum(jnp.where(inside, newton, fallback), tiny)
+  tight = jnp.isfinite(hi) & (hi - lo <= rtol * hi)
+  return next_lam, lo, hi, at_root | small_step | tight
+
+
 def find_regularization(ops: _Ops, fac: Any, g_rot: jax.Array, reg_weight: jax.Array,
                         lam_init: jax.Array, *, rtol: float = 1e-12,
                         max_tries: int = 100) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -314,38 +339,20 @@ def find_regularization(ops: _Ops, fac: Any, g_rot: jax.Array, reg_weight: jax.A
   dtype = jnp.real(g_rot).dtype
   tiny = jnp.finfo(dtype).tiny
 
-  def evaluate(lam):
-    norm, slope, w = ops.norm_and_slope(fac, g_rot, lam)
-    return reg_weight * norm - lam, reg_weight * slope - 1.0, w
-
-  def decide(lam, phi, dphi, lo, hi):
-    at_root = jnp.abs(phi) <= rtol * lam
-    above = phi > 0  # root lies right of lam (NaN counts as "left" and shrinks hi)
-    lo = jnp.where(above, lam, lo)
-    hi = jnp.where(above, hi, lam)
-    newton = lam - phi / dphi
-    inside = jnp.isfinite(newton) & (newton > lo) & (newton < hi)
-    # A Newton step below rtol * lam: lam is then within ~rtol of the root already.
-    small_step = inside & (jnp.abs(newton - lam) <= rtol * lam)
-    fallback = jnp.where(jnp.isfinite(hi), 0.5 * (lo + hi), 2.0 * lam)
-    next_lam = jnp.maximum(jnp.where(inside, newton, fallback), tiny)
-    tight = jnp.isfinite(hi) & (hi - lo <= rtol * hi)
-    return next_lam, lo, hi, at_root | small_step | tight
-
   def cond(state):
     tries, *_, done = state
     return jnp.logical_and(~done, tries < max_tries)
 
   def body(state):
     tries, _, _, next_lam, lo, hi, _ = state
-    phi, dphi, w = evaluate(next_lam)
-    following, lo, hi, done = decide(next_lam, phi, dphi, lo, hi)
+    phi, dphi, w = _evaluate_phi(ops, fac, g_rot, reg_weight, next_lam)
+    following, lo, hi, done = _next_try(next_lam, phi, dphi, lo, hi, rtol, tiny)
     return tries + 1, next_lam, w, following, lo, hi, done
 
   lam0 = jnp.maximum(jnp.asarray(lam_init, dtype), tiny)
-  phi0, dphi0, w0 = evaluate(lam0)
-  next0, lo0, hi0, done0 = decide(lam0, phi0, dphi0, jnp.zeros((), dtype),
-                                  jnp.full((), jnp.inf, dtype))
+  phi0, dphi0, w0 = _evaluate_phi(ops, fac, g_rot, reg_weight, lam0)
+  next0, lo0, hi0, done0 = _next_try(lam0, phi0, dphi0, jnp.zeros((), dtype),
+                                     jnp.full((), jnp.inf, dtype), rtol, tiny)
   init = (jnp.ones((), jnp.int32), lam0, w0, next0, lo0, hi0, done0)
   tries, lam, w, _, _, _, _ = lax.while_loop(cond, body, init)
   return lam, tries, w
@@ -674,8 +681,7 @@ def num_restarts(eps: float) -> int:
 
 def make_len_restart(problem: MinimaxProblem, *, m: int, reg_weight: float,
                      iters_per_epoch: int, epochs: int, tol: float = 0.0,
-                     factorization: str = "schur", root_rtol: float = 1e-12,
-                     root_max_tries: int = 100) -> Callable[[jax.Array], RestartResult]:
+                     **len_options: Any) -> Callable[[jax.Array], RestartResult]:
   """LEN-restart (Algorithm 2): ``epochs`` runs of LEN, each from the last one's output.
 
   Args:
@@ -685,16 +691,19 @@ def make_len_restart(problem: MinimaxProblem, *, m: int, reg_weight: float,
     epochs: S (see :func:`num_restarts`).
     tol: an epoch also stops at ||F(z_{t+1/2})|| <= tol; later epochs are skipped once the
       output satisfies ||F|| <= tol.
-    factorization, root_rtol, root_max_tries: as in :func:`make_len`.
+    **len_options: ``factorization``, ``root_rtol``, ``root_max_tries`` of
+      :func:`make_len` (its defaults otherwise).
 
   Returns:
     solve(z0) -> RestartResult, one lax.scan over epochs.
   """
   if int(epochs) < 1:
     raise ValueError(f"epochs must be >= 1, got {epochs}")
+  unknown = sorted(set(len_options) - {"factorization", "root_rtol", "root_max_tries"})
+  if unknown:
+    raise TypeError(f"make_len_restart got unexpected options {unknown}")
   len_solve = make_len(problem, m=m, reg_weight=reg_weight, tol=tol,
-                       max_iters=iters_per_epoch, factorization=factorization,
-                       root_rtol=root_rtol, root_max_tries=root_max_tries)
+                       max_iters=iters_per_epoch, **len_options)
 
   def solve(z0: jax.Array) -> RestartResult:
     z0 = jnp.asarray(z0)

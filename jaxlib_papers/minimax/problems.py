@@ -14,6 +14,7 @@ Shipped problems:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -150,6 +151,25 @@ def rademacher_vector(n: int, seed: int) -> np.ndarray:
   return 2.0 * np.random.RandomState(seed).randint(2, size=n).astype(np.float64) - 1.0
 
 
+def _cubic_jacobian(a_np: np.ndarray, rho: float, z: jax.Array) -> jax.Array:
+  """J(z) [d, d] of the cubic bilinear saddle with A = ``a_np`` [n, n] and cubic weight rho."""
+  n = a_np.shape[0]
+  a_mat = jnp.asarray(a_np, z.dtype)
+  x = z[:n]
+  squared = x @ x
+  positive = squared > 0
+  norm_or_one = jnp.sqrt(jnp.where(positive, squared, 1.0))
+  # (rho/2)(||x|| I + x x^T / ||x||); its limit at x = 0 is 0 (the cubic is C^2 there).
+  block_xx = jnp.where(
+      positive,
+      rho / 2.0 * (norm_or_one * jnp.eye(n, dtype=z.dtype)
+                   + jnp.outer(x, x) / norm_or_one),
+      0.0)
+  top = jnp.concatenate([block_xx, a_mat.T], axis=1)
+  bottom = jnp.concatenate([-a_mat, jnp.zeros((n, n), z.dtype)], axis=1)
+  return jnp.concatenate([top, bottom], axis=0)
+
+
 def cubic_bilinear(n: int, seed: int = 42, *, rho: float | None = None,
                    b: ArrayLike | None = None) -> MinimaxProblem:
   """The synthetic saddle min_x max_y (rho/6)||x||^3 + y^T (A x - b).
@@ -193,22 +213,7 @@ def cubic_bilinear(n: int, seed: int = 42, *, rho: float | None = None,
     grad_x = rho / 2.0 * safe_norm(x) * x + a_mat.T @ y
     return jnp.concatenate([grad_x, -(a_mat @ x - b_vec)])
 
-  def jacobian(z):
-    a_mat = jnp.asarray(a_np, z.dtype)
-    x = z[:n]
-    squared = x @ x
-    positive = squared > 0
-    norm_or_one = jnp.sqrt(jnp.where(positive, squared, 1.0))
-    # (rho/2)(||x|| I + x x^T / ||x||); its limit at x = 0 is 0 (the cubic is C^2 there).
-    block_xx = jnp.where(
-        positive,
-        rho / 2.0 * (norm_or_one * jnp.eye(n, dtype=z.dtype)
-                     + jnp.outer(x, x) / norm_or_one),
-        0.0)
-    top = jnp.concatenate([block_xx, a_mat.T], axis=1)
-    bottom = jnp.concatenate([-a_mat, jnp.zeros((n, n), z.dtype)], axis=1)
-    return jnp.concatenate([top, bottom], axis=0)
-
+  jacobian = functools.partial(_cubic_jacobian, a_np, rho)
   problem = from_objective(objective, n, n, jacobian=jacobian, z_star=z_star_np,
                            lipschitz_jacobian=rho, name=f"cubic_bilinear(n={n})")
   return problem._replace(field=field)

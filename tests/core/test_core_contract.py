@@ -55,3 +55,50 @@ def test_iterate_stops_at_the_budget_and_reports_not_converged():
   assert int(zero.iterations) == 0 and float(zero.output) == 4.0
   with pytest.raises(ValueError, match="max_iterations"):
     contract.iterate(_sqrt_solver(1e-6), jnp.float32(2.0), max_iterations=-1)
+
+
+class _Counts(NamedTuple):
+  pulls: jax.Array    # [A] times each arm was pulled
+  rewards: jax.Array  # [A] summed rewards of each arm
+
+
+def _bandit(horizon=3, arms=4):
+  """A Thompson-like agent on a noisy bandit whose state counts the steps taken."""
+  means = jnp.linspace(0.0, 1.0, arms)
+  agent = contract.Agent(
+      plan=lambda m, k: m.rewards / (m.pulls + 1.0) + jax.random.normal(k, (arms,)),
+      act=lambda policy, h, state, k: jnp.argmax(policy + 0.01 * jax.random.normal(
+          k, (arms,))),
+      learn=lambda m, policy, s0, rec: (
+          _Counts(m.pulls + jnp.bincount(rec[0], length=arms),
+                  m.rewards + jnp.zeros(arms).at[rec[0]].add(rec[1])),
+          {"return": jnp.sum(rec[1]), "start": s0}))
+  env = contract.Episodic(
+      horizon, reset=lambda k: jax.random.uniform(k),
+      transition=lambda h, s, a, k: (s + 1.0, (a, means[a] + 0.1 * jax.random.normal(k))))
+  return agent, env, _Counts(jnp.zeros(arms), jnp.zeros(arms))
+
+
+def test_run_episodes_jit_equals_eager_and_matches_a_python_loop():
+  agent, env, memory = _bandit()
+  key = jax.random.key(0)
+  eager = contract.run_episodes(agent, env, memory, key, 20)
+  jitted = jax.jit(lambda k: contract.run_episodes(agent, env, memory, k, 20))(key)
+  jax.tree.map(np.testing.assert_array_equal, eager, jitted)
+  # The documented key order: one key per episode, split into (plan, reset, rollout).
+  mem, returns = memory, []
+  for k in jax.random.split(key, 20):
+    k_plan, k_reset, k_roll = jax.random.split(k, 3)
+    policy = agent.plan(mem, k_plan)
+    start = env.reset(k_reset)
+    mem, metrics = agent.learn(mem, policy, start,
+                               contract.rollout(agent, env, policy, start, k_roll))
+    returns.append(metrics["return"])
+  np.testing.assert_allclose(eager[1]["return"], returns, rtol=1e-6)
+  np.testing.assert_array_equal(eager[0].pulls, mem.pulls)
+  assert float(eager[0].pulls.sum()) == 20 * env.horizon
+  seeds = jax.vmap(lambda k: contract.run_episodes(agent, env, memory, k, 5)[1]["return"])(
+      jax.random.split(key, 3))
+  assert seeds.shape == (3, 5)
+  with pytest.raises(ValueError, match="num_episodes"):
+    contract.run_episodes(agent, env, memory, key, 0)

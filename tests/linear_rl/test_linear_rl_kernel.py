@@ -233,13 +233,13 @@ def test_ucb_betas_in_one_program_equal_separate_runs():
 def test_bad_input_raises():
   env = envs.deep_sea(3)
   with pytest.raises(ValueError, match="agent name"):
-    kernel.make_agent(env, kernel.AgentConfig(name="dqn"))
+    kernel.check_agent(env, kernel.AgentConfig(name="dqn"))
   with pytest.raises(ValueError, match="sigma_theta"):
-    kernel.make_agent(env, kernel.AgentConfig(sigma_theta=-1.0))
+    kernel.check_agent(env, kernel.AgentConfig(sigma_theta=-1.0))
   with pytest.raises(ValueError, match="epsilon"):
-    kernel.make_agent(env, kernel.AgentConfig(name="eps_greedy", epsilon=2.0))
+    kernel.check_agent(env, kernel.AgentConfig(name="eps_greedy", epsilon=2.0))
   with pytest.raises(ValueError, match="finite action set"):
-    kernel.make_agent(envs.lqr(), kernel.AgentConfig(name="lsvi_ucb"))
+    kernel.check_agent(envs.lqr(), kernel.AgentConfig(name="lsvi_ucb"))
   with pytest.raises(ValueError, match="num_episodes"):
     train.simulate(env, kernel.AgentConfig(), 0, 1)
   with pytest.raises(ValueError, match="size"):
@@ -250,3 +250,31 @@ def test_bad_input_raises():
     envs.lqr(a=1.5)
   with pytest.raises(ValueError, match="Riccati action"):
     envs.lqr(a=0.9, b=1.0, action_bound=1.0)
+
+
+def test_run_returns_a_typed_result_with_seed_statistics(tmp_path):
+  import dataclasses
+  import json
+
+  from jaxlib_papers.linear_rl.configs import default
+
+  config = default.get_config("smoke")
+  config.deep_sea.env.size = 3
+  config.deep_sea.agents = ("nullspace",)
+  config.run.num_episodes, config.run.num_seeds = 6, 2
+  result = train.run(config, tmp_path)
+  assert isinstance(result, train.RunResult) and list(result.agents) == ["nullspace"]
+  ours = result.agents["nullspace"]
+  assert np.asarray(ours.regret).shape == (2, 6) and len(ours.first_goal_episode) == 2
+  (row,) = result.summary
+  assert row["agent"] == "nullspace" and row["num_seeds"] == 2
+  np.testing.assert_allclose(row["cumulative_regret"], np.mean(ours.cumulative_regret))
+  np.testing.assert_allclose(row["cumulative_regret_std"], np.std(ours.cumulative_regret))
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    result.experiment = "lqr"  # type: ignore[misc]
+  written = json.loads((tmp_path / "results.json").read_text())
+  assert written["agents"]["nullspace"]["cumulative_regret"] == ours.cumulative_regret
+  assert written["summary"] == result.summary
+  config.experiment = "bandit"
+  with pytest.raises(ValueError, match="config.experiment"):
+    train.run(config)

@@ -285,3 +285,48 @@ def test_heart_scale_file_when_shared_data_is_present(shared_data):
   assert set(np.unique(fair.sensitive)) == {-1.0, 1.0}
   assert set(np.unique(fair.labels)) == {-1.0, 1.0}
   assert np.all(np.abs(fair.features) <= 1.0)
+
+
+def test_negative_reg_factor_fails_before_solving(monkeypatch):
+  from jaxlib_papers.minimax.configs import default
+
+  def no_solving(*args, **kwargs):
+    raise AssertionError("the config must be rejected before any problem is built")
+
+  monkeypatch.setattr(train, "build_problem", no_solving)
+  config = default.get_config("smoke")
+  config.solve.reg_factor = -1.0
+  with pytest.raises(ValueError, match=r"config\.solve\.reg_factor"):
+    train.run(config, None, verbose=False)
+  config.solve.reg_factor = 16.0 / 3.0
+  config.solve.max_iters = 0
+  with pytest.raises(ValueError, match=r"config\.solve\.max_iters"):
+    train.settings_from_config(config)
+
+
+def test_run_returns_a_typed_result_and_writes_it(tmp_path):
+  import dataclasses
+  import json
+
+  from jaxlib_papers.minimax.configs import default
+
+  config = default.get_config("smoke")
+  config.problem.n = 4
+  config.methods.len_ms = (1, 2)
+  result = train.run(config, tmp_path, verbose=False)
+  assert isinstance(result, train.RunResult)
+  assert list(result.methods) == ["EG(eta=0.5)", "EG-2", "LEN(m=2)"]
+  lazy = result.methods["LEN(m=2)"]
+  assert lazy.converged and lazy.num_jacobian_calls == math.ceil(lazy.iterations / 2)
+  assert len(lazy.grad_norm_history) == lazy.iterations
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    result.dim = 3  # type: ignore[misc]
+  written = json.loads((tmp_path / "results.json").read_text())
+  assert written["dim"] == 8 and written["factorization"] == "hessenberg"
+  assert written["methods"]["LEN(m=2)"]["iterations"] == lazy.iterations
+
+
+def test_len_restart_rejects_unknown_options(cubic):
+  with pytest.raises(TypeError, match="root_tol"):
+    kernel.make_len_restart(cubic, m=1, reg_weight=1.0, iters_per_epoch=2, epochs=1,
+                            root_tol=1e-3)
