@@ -20,6 +20,7 @@ N = 20), full (N = 20 and K up to 10^4).
 
 from __future__ import annotations
 
+from jaxlib_papers.core import config as C
 from jaxlib_papers.core.config import make_config
 
 _AGENT = dict(
@@ -77,5 +78,31 @@ _OVERRIDES = {
 }
 
 
+_AGENTS = C.each(C.one_of("nullspace", "lsvi_ucb", "rlsvi", "eps_greedy"))
+
+
+def _agent_constraints(group: str) -> dict[str, C.Constraint]:
+  return {f"{group}.agents": _AGENTS, f"{group}.agent.sigma_theta": C.non_negative(),
+          f"{group}.agent.sigma_reward": C.non_negative(),
+          f"{group}.agent.ridge": C.positive(), f"{group}.agent.beta": C.non_negative(),
+          f"{group}.agent.epsilon": C.in_range(0.0, 1.0)}
+
+
+# What every key allows, checked when a config is built and again by the launcher (after
+# command-line overrides), before anything compiles.
+CONSTRAINTS = {
+    "seed": C.at_least(0),
+    "experiment": C.one_of("deep_sea", "linear_system", "lqr"),
+    "run.num_episodes": C.at_least(1), "run.num_seeds": C.at_least(1),
+    "deep_sea.env.size": C.at_least(2), "deep_sea.ucb_betas": C.each(C.non_negative()),
+    "linear_system.env.horizon": C.at_least(1),
+    "linear_system.env.contraction": C.in_range(0.0, 1.0),
+    "linear_system.num_actions_grid": C.each(C.at_least(1)),
+    "lqr.env.horizon": C.at_least(1), "lqr.env.action_bound": C.positive(),
+    **_agent_constraints("deep_sea"), **_agent_constraints("linear_system"),
+    **_agent_constraints("lqr"),
+}
+
+
 def get_config(preset: str = "smoke"):
-  return make_config(preset, _BASE, _OVERRIDES)
+  return make_config(preset, _BASE, _OVERRIDES, constraints=CONSTRAINTS)

@@ -14,6 +14,7 @@ a ``heart_scale`` libsvm file, or "" for the generated 270 x 12 stand-in).
 
 from __future__ import annotations
 
+from jaxlib_papers.core import config as C
 from jaxlib_papers.core.config import make_config
 
 _BASE = dict(
@@ -54,5 +55,22 @@ _OVERRIDES = {
 }
 
 
+# What every key allows, checked when a config is built and again by the launcher (after
+# command-line overrides), before anything is solved.
+CONSTRAINTS = {
+    "seed": C.at_least(0),
+    "problem.kind": C.one_of("cubic_bilinear", "fairness"), "problem.n": C.at_least(1),
+    "problem.data_file": C.existing_file(), "problem.lam": C.non_negative(),
+    "problem.gamma": C.non_negative(), "problem.beta": C.non_negative(),
+    "problem.rho": C.positive(),
+    "solve.tol": C.positive(), "solve.max_iters": C.at_least(1),
+    "solve.eg_max_iters": C.at_least(1), "solve.reg_factor": C.positive(),
+    "solve.factorization": C.one_of("auto", "schur", "hessenberg", "eig", "dense"),
+    "solve.root_rtol": C.positive(),
+    "methods.len_ms": C.each(C.at_least(1)), "methods.eg_etas": C.each(C.positive(),
+                                                                      non_empty=False),
+}
+
+
 def get_config(preset: str = "smoke"):
-  return make_config(preset, _BASE, _OVERRIDES)
+  return make_config(preset, _BASE, _OVERRIDES, constraints=CONSTRAINTS)
