@@ -33,9 +33,9 @@ def bench_ours(config, parts, num_seeds, repeats):
   nets = Networks(int(config.data.num_vars), int(config.model.lag),
                   int(config.model.hidden), int(config.model.layers))
   per_step = int(config.optim.epochs_per_step)
-  kern = K.make_train_kernel(nets, train.loss_settings(config), parts["fit"], parts["val"],
-                             lr=float(config.optim.lr), num_seeds=num_seeds,
-                             patience=10 ** 6, epochs_per_step=per_step)
+  settings = train.settings_from_config(config)
+  kern = K.make_train_kernel(nets, settings.loss, parts["fit"], parts["val"],
+                             settings.train._replace(num_seeds=num_seeds, patience=10 ** 6))
   state = jax.jit(kern.init)(jax.random.key(0))
   start = time.perf_counter()
   step = jax.jit(kern.train_step).lower(state, None).compile()

@@ -41,14 +41,10 @@ if importlib.util.find_spec("jaxlib_papers") is None:
 # %%
 import os
 
-import matplotlib.pyplot as plt
-import numpy as np
-
 from jaxlib_papers.aerca import plotting, train
 from jaxlib_papers.aerca.configs.default import dataset_config
 from jaxlib_papers.core import figures
 
-plt.rcParams["figure.dpi"] = 72
 PRESET = os.environ.get("JAXLIB_PAPERS_DEMO_PRESET", "smoke")
 config = dataset_config("linear", PRESET)
 config.loop.quiet = True
@@ -63,12 +59,12 @@ print(f"preset {PRESET}: linear VAR, p = {config.data.num_vars}, T = {config.dat
 # %%
 results = train.run(config)
 rows = []
-for name, m in results["methods"].items():
+for name, m in results.methods.items():
   auroc = f"{m['auroc']:.3f}" if "auroc" in m else "-"
   rows.append(f"{name:>8} | AC@1 {m['ac'][0]:.3f} | AC@2 {m['ac'][1]:.3f} | "
               f"Avg@3 {m['avg'][2]:.3f} | Avg@10 {m['avg'][9]:.3f} | graph AUROC {auroc}")
 print("\n".join(rows))
-print("epochs per seed:", results["train"]["aerca"]["epochs"])
+print("epochs per seed:", results.train["aerca"].epochs)
 
 # %% [markdown]
 # ## A series with its anomaly, the true and learned graphs, the ranking
@@ -76,11 +72,7 @@ print("epochs per seed:", results["train"]["aerca"]["epochs"])
 # noise. Run with `JAXLIB_PAPERS_DEMO_PRESET=cpu` for the reproduction size.)
 
 # %%
-m = results["methods"]
-fig = plotting.overview_figure(results["parts"], np.asarray(m["aerca"]["graph_mean"]),
-                               np.asarray(m["aerca"]["z_example"]),
-                               title=f"AERCA on the linear set ({PRESET})",
-                               var_graph=np.asarray(m["var"]["graph_mean"]))
+fig = plotting.result_overview(results, title=f"AERCA on the linear set ({PRESET})")
 figures.show(fig)  # the Figure the reproduction check saves (no pyplot state)
 
 # %% [markdown]
@@ -89,12 +81,4 @@ figures.show(fig)  # the Figure the reproduction check saves (no pyplot state)
 # four variables is inflated; the curve below shows k < p too.
 
 # %%
-fig, ax = plt.subplots(figsize=(4.5, 3))
-for name in ("aerca", "var", "raw", "random"):
-  ax.plot(np.arange(1, 11), m[name]["avg"], marker="o", ms=3, label=name)
-ax.axvline(int(config.data.num_vars), color="gray", lw=0.6, ls="--")
-ax.set_xlabel("k")
-ax.set_ylabel("Avg@k")
-ax.legend(fontsize=7)
-fig.tight_layout()
-plt.show()
+figures.show(plotting.avg_at_k_figure(results.methods, config.data.num_vars))

@@ -23,7 +23,7 @@ def main(argv):
   from jaxlib_papers.aerca import train  # pylint: disable=g-import-not-at-top
   results = train.run(_CONFIG.value, common.workdir("aerca"))
   p = int(_CONFIG.value.data.num_vars)
-  for name, m in results["methods"].items():
+  for name, m in results.methods.items():
     graph = f" | AUROC {m['auroc']:.3f} AUPRC {m['auprc']:.3f}" if "auroc" in m else ""
     print(f"{name:>12}: AC@1/3/5/10 "
           + "/".join(f"{m['ac'][k - 1]:.3f}" for k in (1, 3, 5, 10))

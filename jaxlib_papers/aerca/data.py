@@ -310,19 +310,29 @@ def lotka_volterra_graph(num_species: int, block: int) -> np.ndarray:
   return graph
 
 
+class LotkaVolterraSim(NamedTuple):
+  """How the Lotka-Volterra series are simulated and perturbed."""
+  block: int = 2         # species per block (a block's predators eat the block's prey)
+  dt: float = 0.01       # RK4 step
+  substeps: int = 10     # RK4 steps per kept sample
+  noise: float = 0.1     # std of the noise added after every RK4 step
+  shift: float = 20.0    # added to the root causes' noise at t_p
+  burn_in: int = 50      # samples dropped at the start
+
+
 def lotka_volterra(key: jax.Array, num_series: int, length: int = 2000,
-                   num_species: int = 20, block: int = 2, dt: float = 0.01,
-                   substeps: int = 10, noise: float = 0.1, shift: float = 20.0,
-                   burn_in: int = 50,
+                   num_species: int = 20, sim: LotkaVolterraSim = LotkaVolterraSim(),
                    params: LotkaVolterraParams = LotkaVolterraParams()) -> Dataset:
   """Multi-species Lotka-Volterra: p = 2 q variables (q prey, then q predators).
 
-  Each RK4 step of ``dt`` adds N(0, noise^2) and clips at 0; every ``substeps``-th state
-  is kept and the first ``burn_in`` samples dropped, leaving ``length`` samples. The
-  abnormal twin adds ``shift`` to the noise of 3-5 species of one type (prey or
-  predators) on the last RK4 step into sample t_p ~ U[0.5 T', T') of the T' =
-  length + burn_in samples (label at t_p - burn_in). x_0, y_0 ~ U(10, 20).
+  Each RK4 step of ``sim.dt`` adds N(0, sim.noise^2) and clips at 0; every
+  ``sim.substeps``-th state is kept and the first ``sim.burn_in`` samples dropped, leaving
+  ``length`` samples. The abnormal twin adds ``sim.shift`` to the noise of 3-5 species of
+  one type (prey or predators) on the last RK4 step into sample t_p ~ U[0.5 T', T') of the
+  T' = length + burn_in samples (label at t_p - burn_in). x_0, y_0 ~ U(10, 20).
   """
+  block, dt, substeps, burn_in = sim.block, sim.dt, sim.substeps, sim.burn_in
+  noise, shift = sim.noise, sim.shift
   num_series = _check("num_series", num_series, 1)
   num_species = _check("num_species", num_species, 3)
   if num_species % block:

@@ -10,16 +10,22 @@ Notation (one series x [T, p], lag K):
 * loss: MSE(x^, x) + l_en R(Psi) + l_de [R(Phi) + R(Phi')] + g_en S(Psi)
   + g_de [S(Phi) + S(Phi')] + beta KL(s), see :class:`LossSettings`.
 
-The training kernel trains ``num_seeds`` seeds at once (``jax.vmap``); one
-``train_step`` runs ``epochs_per_step`` epochs, each one ``lax.scan`` over the training
-series (one Adam step per series, as the official code), then the summed validation loss,
-best-so-far parameters and early stopping (patience) per seed. Once every seed has stopped
-the step is a no-op (``lax.cond`` outside the vmap), so a loop of ``max_epochs`` steps
-costs only what the seeds actually train.
+The training kernel composes the core blocks: one seed's epoch is ``blocks.scan_steps``
+over the training series of ``blocks.gradient_step`` (one Adam step per series, in order,
+as the official code), then the summed validation loss into ``blocks.keep_best`` (best
+parameters and early stopping with ``patience``); ``blocks.vmap_members`` trains
+``num_seeds`` seeds at once; ``blocks.scan_steps`` runs ``epochs_per_step`` epochs per
+``train_step``. **An aerca step is one epoch: one Adam step per training series**, so the
+loop's ``num_steps`` is the number of epochs and its ``steps_per_call`` is
+``epochs_per_step``. Once every seed has stopped an epoch is a no-op (``lax.cond`` outside
+the vmap; the epoch counter stands still), so a loop of ``max_epochs`` steps costs only
+what the seeds actually train.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import chex
@@ -28,7 +34,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxlib_papers.aerca.models import Networks
-from jaxlib_papers.core import contract
+from jaxlib_papers.core import blocks, contract
 
 KL_FORMS = ("code", "paper")
 SMOOTH_AXES = ("lag", "time")
@@ -181,112 +187,156 @@ def loss_fn(nets: Networks, settings: LossSettings, params, x: jax.Array
   return recon + sp + sm + settings.beta * kl, terms
 
 
+def series_loss_value(nets: Networks, settings: LossSettings, params, x: jax.Array
+                      ) -> jax.Array:
+  """The scalar loss [] of one series x [T, p] (what the Adam step differentiates)."""
+  return loss_fn(nets, settings, params, x)[0]
+
+
+# ------------------------------------------------------------------ training kernel
+
+class TrainSettings(NamedTuple):
+  lr: float = 1e-4           # Adam learning rate
+  num_seeds: int = 1         # S, seeds trained together (vmapped)
+  patience: int = 20         # epochs without a lower validation loss before a seed stops
+  epochs_per_step: int = 1   # epochs per train_step (one lax.scan)
+
+  def validate(self) -> TrainSettings:
+    if (int(self.num_seeds) < 1 or int(self.patience) < 1
+        or int(self.epochs_per_step) < 1):
+      raise ValueError("num_seeds, patience and epochs_per_step must be >= 1; got "
+                       f"{self.num_seeds}, {self.patience}, {self.epochs_per_step}")
+    if float(self.lr) <= 0:
+      raise ValueError(f"lr must be > 0; got {self.lr}")
+    return self
+
+
+class SeedState(NamedTuple):
+  """One seed's training state (``[S]``-stacked in :class:`TrainState`)."""
+  params: Any                # current parameters
+  opt_state: Any             # optax Adam state
+  best: blocks.Best          # keep-best on the summed validation loss: params, value,
+                             # bad_epochs (since the last improvement), active
+  epochs_trained: jax.Array  # [] int32, epochs trained before stopping
+
+
 class TrainState(NamedTuple):
-  params: Any              # [S]-stacked pytree, current parameters of each seed
-  opt_state: Any           # [S]-stacked optax Adam state
-  best_params: Any         # [S]-stacked pytree, parameters at the best validation loss
-  best_val: jax.Array      # [S] float32, best summed validation loss so far
-  bad_epochs: jax.Array    # [S] int32, epochs since the last improvement
-  active: jax.Array        # [S] bool, still training (not stopped early)
-  epoch: jax.Array         # [] int32, epochs run (the slowest seed's count)
-  epochs_trained: jax.Array  # [S] int32, epochs each seed trained before stopping
+  seeds: SeedState           # [S]-stacked
+  epoch: jax.Array           # [] int32, epochs run (the slowest seed's count)
+
+
+class EpochProblem(NamedTuple):
+  """What one seed's epoch closes over."""
+  train_epoch: Callable[..., Any]   # scan_steps of Adam steps over the training series
+  loss: Callable[..., jax.Array]    # loss(params, x) -> []
+  train_series: jax.Array           # [n_train, T, p]
+  val_series: jax.Array             # [n_val, T, p]
+  patience: int
+
+
+def init_seed(nets: Networks, tx: optax.GradientTransformation, key: jax.Array
+              ) -> SeedState:
+  """One seed's state: parameters from ``key``, fresh Adam state, no best yet."""
+  params = nets.init(key)
+  return SeedState(params, tx.init(params), blocks.init_best(params),
+                   jnp.zeros((), jnp.int32))
+
+
+def series_step(update: Callable[..., blocks.Update], carry, x: jax.Array):
+  """One Adam step on series x [T, p]; carry = (params, opt_state)."""
+  out = update(carry[0], carry[1], x)
+  return (out.params, out.opt_state), {"loss": out.loss}
+
+
+def seed_epoch(problem: EpochProblem, seed: SeedState, batch=None
+               ) -> tuple[SeedState, dict[str, jax.Array]]:
+  """One epoch of one seed: Adam over the training series, then keep-best on validation.
+
+  A stopped seed (``best.active`` False) keeps its parameters and Adam state.
+
+  Returns:
+    (new state, {"loss": summed training loss [], "val_loss": summed validation loss []}).
+  """
+  del batch
+  active = seed.best.active
+  (params, opt_state), train = problem.train_epoch((seed.params, seed.opt_state),
+                                                   problem.train_series)
+  params = blocks.where_tree(active, params, seed.params)
+  opt_state = blocks.where_tree(active, opt_state, seed.opt_state)
+  val = jnp.sum(jax.vmap(lambda x: problem.loss(params, x))(problem.val_series))
+  best = blocks.keep_best(seed.best, params, val, problem.patience)
+  trained = seed.epochs_trained + active.astype(jnp.int32)
+  return SeedState(params, opt_state, best, trained), {"loss": train["loss"], "val_loss": val}
+
+
+def _epoch(members: blocks.Step, state: TrainState):
+  seeds, metrics = members(state.seeds, None)
+  return TrainState(seeds, state.epoch + 1), metrics
+
+
+def _skip(state: TrainState):
+  best = jnp.mean(state.seeds.best.value)
+  return state, {"loss": best, "val_loss": best}
+
+
+def one_epoch(members: blocks.Step, state: TrainState, batch=None):
+  """Every seed's epoch (metrics: means over seeds), or nothing once all have stopped."""
+  del batch
+  return jax.lax.cond(jnp.any(state.seeds.best.active), functools.partial(_epoch, members),
+                      _skip, state)
+
+
+def train_step(epochs: blocks.Step, state: TrainState, batch=None):
+  """``epochs_per_step`` epochs; metrics of the last one plus the best and active seeds."""
+  state, metrics = epochs(state, batch)
+  best = state.seeds.best
+  return state, metrics | {"best_val": jnp.mean(best.value),
+                           "active_seeds": jnp.sum(best.active).astype(jnp.float32)}
+
+
+def _check_series(nets: Networks, train_series, val_series) -> None:
+  chex.assert_rank([train_series, val_series], 3)
+  min_len = 2 * nets.lag + 2
+  for name, series in (("train_series", train_series), ("val_series", val_series)):
+    if series.shape[2] != nets.num_vars or series.shape[1] < min_len or series.shape[0] < 1:
+      raise ValueError(f"{name} must be [n >= 1, T >= {min_len}, {nets.num_vars}]; got "
+                       f"{series.shape}")
 
 
 def make_train_kernel(nets: Networks, settings: LossSettings, train_series: jax.Array,
-                      val_series: jax.Array, *, lr: float, num_seeds: int, patience: int,
-                      epochs_per_step: int = 1) -> contract.TrainKernel:
-  """AERCA's training kernel over ``num_seeds`` vmapped seeds (batch-free steps).
+                      val_series: jax.Array, train: TrainSettings) -> contract.TrainKernel:
+  """AERCA's training kernel over ``train.num_seeds`` vmapped seeds (batch-free steps).
+
+  An aerca step is one epoch: one Adam step per training series. One ``train_step`` runs
+  ``train.epochs_per_step`` of them, so run it with ``steps_per_call=epochs_per_step``
+  and ``loop.num_steps`` = the number of epochs.
 
   Args:
     nets: the three GVAR blocks.
     settings: loss weights and variants.
     train_series: [n_train, T, p]; one Adam step per series per epoch, in order.
     val_series: [n_val, T, p]; the summed loss over them drives early stopping.
-    lr: Adam learning rate.
-    num_seeds: S, seeds trained together.
-    patience: stop a seed after this many epochs without a lower validation loss.
-    epochs_per_step: epochs per ``train_step`` (one ``lax.scan``).
+    train: learning rate, seeds, patience, epochs per step.
 
   Returns:
     ``TrainKernel(init, train_step, extras)``; extras ``encode(params, x)``
     (one seed's residuals and Psi of one series) and ``series_loss(params, x)``.
   """
-  settings = settings.validate()
-  chex.assert_rank([train_series, val_series], 3)
-  if int(num_seeds) < 1 or int(patience) < 1 or int(epochs_per_step) < 1:
-    raise ValueError("num_seeds, patience and epochs_per_step must be >= 1; got "
-                     f"{num_seeds}, {patience}, {epochs_per_step}")
-  if float(lr) <= 0:
-    raise ValueError(f"lr must be > 0; got {lr}")
-  min_len = 2 * nets.lag + 2
-  for name, series in (("train_series", train_series), ("val_series", val_series)):
-    if series.shape[2] != nets.num_vars or series.shape[1] < min_len or series.shape[0] < 1:
-      raise ValueError(f"{name} must be [n >= 1, T >= {min_len}, {nets.num_vars}]; got "
-                       f"{series.shape}")
+  settings, train = settings.validate(), train.validate()
+  _check_series(nets, train_series, val_series)
   train_series = jnp.asarray(train_series, jnp.float32)
   val_series = jnp.asarray(val_series, jnp.float32)
-  tx = optax.adam(lr)
-  loss = lambda params, x: loss_fn(nets, settings, params, x)[0]
-  grad_fn = jax.value_and_grad(loss)
-
-  def init(key):
-    params = jax.vmap(nets.init)(jax.random.split(key, num_seeds))
-    inf = jnp.full((num_seeds,), jnp.inf, jnp.float32)
-    return TrainState(params, jax.vmap(tx.init)(params), params, inf,
-                      jnp.zeros((num_seeds,), jnp.int32), jnp.ones((num_seeds,), bool),
-                      jnp.zeros((), jnp.int32), jnp.zeros((num_seeds,), jnp.int32))
-
-  def seed_epoch(params, opt_state, best_params, best_val, bad, active, trained):
-    def one_series(carry, x):
-      p, o = carry
-      value, grads = grad_fn(p, x)
-      updates, o = tx.update(grads, o, p)
-      return (optax.apply_updates(p, updates), o), value
-
-    (new_params, new_opt), train_losses = jax.lax.scan(one_series, (params, opt_state),
-                                                       train_series)
-    keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(active, a, b), new, old)
-    params, opt_state = keep(new_params, params), keep(new_opt, opt_state)
-    val = jnp.sum(jax.vmap(lambda x: loss(params, x))(val_series))
-    improved = active & (val < best_val)
-    best_params = jax.tree.map(lambda a, b: jnp.where(improved, a, b), params, best_params)
-    best_val = jnp.where(improved, val, best_val)
-    bad = jnp.where(improved, 0, jnp.where(active, bad + 1, bad))
-    trained = trained + active.astype(jnp.int32)
-    active = active & (bad < patience)
-    return (params, opt_state, best_params, best_val, bad, active, trained,
-            jnp.sum(train_losses), val)
-
-  def epoch(state: TrainState):
-    out = jax.vmap(seed_epoch)(state.params, state.opt_state, state.best_params,
-                               state.best_val, state.bad_epochs, state.active,
-                               state.epochs_trained)
-    (params, opt_state, best_params, best_val, bad, active, trained, train_loss,
-     val) = out
-    new = TrainState(params, opt_state, best_params, best_val, bad, active,
-                     state.epoch + 1, trained)
-    return new, (jnp.mean(train_loss), jnp.mean(val))
-
-  def skip(state: TrainState):
-    best = jnp.mean(state.best_val)
-    return state, (best, best)
-
-  def train_step(state: TrainState, batch=None):
-    del batch
-
-    def body(s, _):
-      return jax.lax.cond(jnp.any(s.active), epoch, skip, s)
-
-    state, (train_loss, val) = jax.lax.scan(body, state, None, length=int(epochs_per_step))
-    metrics = {"loss": train_loss[-1], "val_loss": val[-1],
-               "best_val": jnp.mean(state.best_val),
-               "active_seeds": jnp.sum(state.active).astype(jnp.float32)}
-    return state, metrics
-
-  def encode_fn(params, x):
-    return encode(nets, params, x)
-
-  def series_loss(params, x):
-    return loss_fn(nets, settings, params, x)
-
-  return contract.train_kernel(init, train_step, encode=encode_fn, series_loss=series_loss)
+  tx = optax.adam(float(train.lr))
+  loss = functools.partial(series_loss_value, nets, settings)
+  update = blocks.gradient_step(loss, tx)
+  train_epoch = blocks.scan_steps(functools.partial(series_step, update),
+                                  train_series.shape[0], batch_axis=0, metrics="sum")
+  problem = EpochProblem(train_epoch, loss, train_series, val_series, int(train.patience))
+  members = blocks.vmap_members(functools.partial(seed_epoch, problem))
+  epochs = blocks.scan_steps(functools.partial(one_epoch, members),
+                             int(train.epochs_per_step), metrics="last")
+  init_seeds = blocks.vmap_init(functools.partial(init_seed, nets, tx), int(train.num_seeds))
+  init = lambda key: TrainState(init_seeds(key), jnp.zeros((), jnp.int32))
+  return contract.train_kernel(init, functools.partial(train_step, epochs),
+                               encode=functools.partial(encode, nets),
+                               series_loss=functools.partial(loss_fn, nets, settings))

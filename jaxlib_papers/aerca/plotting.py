@@ -52,3 +52,29 @@ def overview_figure(parts: dict, learned_graph: np.ndarray, scores: np.ndarray |
     ax.set_title("z-scores at t_p (red: root causes)", fontsize=8)
   fig.suptitle(title, fontsize=9)
   return fig
+
+
+def result_overview(res, title: str = ""):
+  """:func:`overview_figure` of a ``train.Result``: AERCA's mean graph, its z-scores of the
+  first abnormal test series (seed 0) and the VAR graph."""
+  m = res.methods
+  return overview_figure(res.parts, np.asarray(m["aerca"]["graph_mean"]),
+                         np.asarray(m["aerca"]["z_example"]), title=title,
+                         var_graph=np.asarray(m["var"]["graph_mean"]))
+
+
+def avg_at_k_figure(methods: dict, num_vars: int,
+                    names: tuple[str, ...] = ("aerca", "var", "raw", "random")):
+  """Avg@k against k for ``names`` of ``train.Result.methods``; a dashed line at k = p.
+
+  (AC@k is 1 for every method once k >= p, so Avg@k past p flatters small sets.)
+  """
+  fig, ax = figures.new_figure(size=(4.5, 3))
+  for name in names:
+    avg = methods[name]["avg"]
+    ax.plot(np.arange(1, len(avg) + 1), avg, marker="o", ms=3, label=name)
+  ax.axvline(int(num_vars), color="gray", lw=0.6, ls="--")
+  ax.set_xlabel("k")
+  ax.set_ylabel("Avg@k")
+  ax.legend(fontsize=7)
+  return fig

@@ -10,12 +10,11 @@ also means over the normal test series.
 from __future__ import annotations
 
 import json
-
-import numpy as np
+from typing import NamedTuple
 
 from jaxlib_papers.aerca import plotting, train
 from jaxlib_papers.aerca.configs.default import dataset_config
-from jaxlib_papers.core import figures
+from jaxlib_papers.core import figures, results
 from jaxlib_papers.core.reproduce import COMPILE_BOUND_CPU_FLAGS, Claim, Context, register
 
 PAPER = {
@@ -41,13 +40,79 @@ def _acs(m) -> list[float]:
   return [m["ac"][k - 1] for k in (1, 3, 5, 10)]
 
 
-def _plot(ctx: Context, name: str, res: dict) -> None:
-  parts = res["parts"]
-  z = np.asarray(res["methods"]["aerca"]["z_example"])
-  fig = plotting.overview_figure(
-      parts, np.asarray(res["methods"]["aerca"]["graph_mean"]), z,
-      title=f"AERCA on {name}", var_graph=np.asarray(res["methods"]["var"]["graph_mean"]))
+def _plot(ctx: Context, name: str, res: train.Result) -> None:
+  fig = plotting.result_overview(res, title=f"AERCA on {name}")
   figures.save(fig, ctx.report_dir / f"aerca_{name}.png", dpi=80)
+
+
+class _Run(NamedTuple):
+  """One data set's numbers the claims quote."""
+  tag: str                 # "<name> p=.., S seeds, N test series"
+  p: int                   # number of variables
+  methods: dict            # train.Result.methods
+  ranking: str             # AERCA's AC@k / Avg@k line
+  avg_below_p: float       # AERCA's Avg@(p-1)
+  paper: dict              # the paper's numbers (PAPER)
+
+
+def _linear_claims(run: _Run) -> list[Claim]:
+  a, var, raw, p = run.methods["aerca"], run.methods["var"], run.methods["raw"], run.p
+  return [
+      Claim(f"{run.tag}: AC@1 >= 0.9", f"AC@1/3/5/10 {run.paper['ac']}", run.ranking,
+            a["ac"][0] >= 0.9),
+      Claim(f"{run.tag}: Avg@10 >= 0.95", run.paper["avg10"],
+            f"{a['avg'][9]:.3f} (Avg@{p - 1} {run.avg_below_p:.3f}; VAR "
+            f"{var['avg'][9]:.3f}, raw {raw['avg'][9]:.3f})", a["avg"][9] >= 0.95),
+      Claim(f"{run.tag}: graph AUROC >= 0.95", run.paper["auroc"],
+            f"{a['auroc']:.3f} +- {a['auroc_std']:.3f} (AUPRC "
+            f"{a['auprc']:.3f}; VAR {var['auroc']:.3f})", a["auroc"] >= 0.95)]
+
+
+def _paper_kl_claim(run: _Run) -> Claim:
+  a, pk, m = run.methods["aerca"], run.methods["paper_kl"], run.methods
+  extra = ""
+  if "encoder_only" in m:
+    eo = m["encoder_only"]
+    extra = (f"; encoder-only AUROC {eo['auroc']:.3f}, AC@1 {eo['ac'][0]:.3f}, "
+             f"Avg@10 {eo['avg'][9]:.3f}")
+  return Claim(
+      f"{run.tag}: paper-KL ablation, AUROC >= 0.9 and AC@1 >= 0.85 as the coded KL",
+      "- (the paper states its KL; the code uses another form)",
+      f"paper KL AUROC {pk['auroc']:.3f}, AC@1 {pk['ac'][0]:.3f}, Avg@10 "
+      f"{pk['avg'][9]:.3f} vs coded {a['auroc']:.3f}, {a['ac'][0]:.3f}, "
+      f"{a['avg'][9]:.3f}{extra}",
+      pk["auroc"] >= 0.9 and pk["ac"][0] >= 0.85)
+
+
+def _other_claims(run: _Run) -> list[Claim]:
+  a, var, raw, p = run.methods["aerca"], run.methods["var"], run.methods["raw"], run.p
+  strict = "strict win" if a["avg"][9] > var["avg"][9] else "no strict win"
+  claims = [
+      Claim(f"{run.tag}: graph AUROC >= 0.9 and >= VAR's + 0.1", run.paper["auroc"],
+            f"{a['auroc']:.3f} +- {a['auroc_std']:.3f} (AUPRC {a['auprc']:.3f}) vs VAR "
+            f"{var['auroc']:.3f} (AUPRC {var['auprc']:.3f})",
+            a["auroc"] >= 0.9 and a["auroc"] >= var["auroc"] + 0.1),
+      Claim(f"{run.tag}: AC@1 >= 0.85", f"AC@1/3/5/10 {run.paper['ac']}", run.ranking,
+            a["ac"][0] >= 0.85),
+      Claim(f"{run.tag}: Avg@10 >= raw-value z-scores' + 0.05",
+            f"{run.paper['avg10']} (baselines: RCD .878 nonlinear, .421 Lorenz-96)",
+            f"{a['avg'][9]:.3f} vs raw {raw['avg'][9]:.3f}; Avg@{p - 1} "
+            f"{run.avg_below_p:.3f} vs raw {raw['avg'][p - 2]:.3f}",
+            a["avg"][9] >= raw["avg"][9] + 0.05),
+      Claim(f"{run.tag}: Avg@10 not worse than VAR-residual z-scores (report a strict win)",
+            "- (no VAR-residual RCA baseline in the paper)",
+            f"{a['avg'][9]:.4f} vs VAR {var['avg'][9]:.4f} ({strict}); Avg@{p - 1} "
+            f"{run.avg_below_p:.4f} vs VAR {var['avg'][p - 2]:.4f}",
+            a["avg"][9] >= var["avg"][9])]
+  if "paper_kl" in run.methods:
+    claims.append(_paper_kl_claim(run))
+  return claims
+
+
+def _summary(res: train.Result) -> dict:
+  keys = ("ac", "avg", "auroc", "auprc", "ac_star")
+  return ({k: {kk: v[kk] for kk in keys if kk in v} for k, v in res.methods.items()}
+          | {"epochs": results.to_json_tree(res.train)})
 
 
 @register("aerca", cpu_seconds=72, xla_flags={"aerca": COMPILE_BOUND_CPU_FLAGS})
@@ -59,64 +124,16 @@ def check(ctx: Context) -> list[Claim]:
     config.loop.quiet = True
     res = train.run(config)
     ctx.progress(f"{name}: trained and scored (data set {i + 1}/{len(_RUNS[ctx.preset])})")
-    m = res["methods"]
-    a, var, raw = m["aerca"], m["var"], m["raw"]
-    p = int(config.data.num_vars)
-    seeds = int(config.num_seeds)
-    tag = f"{name} p={p}, {seeds} seeds, {config.data.num_test} test series"
-    epochs = res["train"]["aerca"]["epochs"]
-    summary[name] = {
-        k: {kk: v[kk] for kk in ("ac", "avg", "auroc", "auprc", "ac_star") if kk in v}
-        for k, v in m.items()} | {"epochs": res["train"]}
+    a, p = res.methods["aerca"], int(config.data.num_vars)
+    tag = f"{name} p={p}, {int(config.num_seeds)} seeds, {config.data.num_test} test series"
+    summary[name] = _summary(res)
     avg_below_p = a["avg"][p - 2] if p >= 2 else float("nan")
     ranking = (f"AC@1/3/5/10 {_fmt(_acs(a))} (std AC@1 {a['ac_std'][0]:.3f}), Avg@10 "
-               f"{a['avg'][9]:.3f}, Avg@{p - 1} {avg_below_p:.3f}; epochs {epochs}")
-    paper = PAPER.get(name, {"ac": "-", "avg10": "-", "auroc": "-"})
-    if name == "linear":
-      claims.append(Claim(f"{tag}: AC@1 >= 0.9", f"AC@1/3/5/10 {paper['ac']}", ranking,
-                          a["ac"][0] >= 0.9))
-      claims.append(Claim(f"{tag}: Avg@10 >= 0.95", paper["avg10"],
-                          f"{a['avg'][9]:.3f} (Avg@{p - 1} {avg_below_p:.3f}; VAR "
-                          f"{var['avg'][9]:.3f}, raw {raw['avg'][9]:.3f})",
-                          a["avg"][9] >= 0.95))
-      claims.append(Claim(f"{tag}: graph AUROC >= 0.95", paper["auroc"],
-                          f"{a['auroc']:.3f} +- {a['auroc_std']:.3f} (AUPRC "
-                          f"{a['auprc']:.3f}; VAR {var['auroc']:.3f})", a["auroc"] >= 0.95))
-    else:
-      claims.append(Claim(
-          f"{tag}: graph AUROC >= 0.9 and >= VAR's + 0.1", paper["auroc"],
-          f"{a['auroc']:.3f} +- {a['auroc_std']:.3f} (AUPRC {a['auprc']:.3f}) vs VAR "
-          f"{var['auroc']:.3f} (AUPRC {var['auprc']:.3f})",
-          a["auroc"] >= 0.9 and a["auroc"] >= var["auroc"] + 0.1))
-      claims.append(Claim(f"{tag}: AC@1 >= 0.85", f"AC@1/3/5/10 {paper['ac']}", ranking,
-                          a["ac"][0] >= 0.85))
-      claims.append(Claim(
-          f"{tag}: Avg@10 >= raw-value z-scores' + 0.05",
-          f"{paper['avg10']} (baselines: RCD .878 nonlinear, .421 Lorenz-96)",
-          f"{a['avg'][9]:.3f} vs raw {raw['avg'][9]:.3f}; Avg@{p - 1} "
-          f"{avg_below_p:.3f} vs raw {raw['avg'][p - 2]:.3f}",
-          a["avg"][9] >= raw["avg"][9] + 0.05))
-      strict = "strict win" if a["avg"][9] > var["avg"][9] else "no strict win"
-      claims.append(Claim(
-          f"{tag}: Avg@10 not worse than VAR-residual z-scores (report a strict win)",
-          "- (no VAR-residual RCA baseline in the paper)",
-          f"{a['avg'][9]:.4f} vs VAR {var['avg'][9]:.4f} ({strict}); Avg@{p - 1} "
-          f"{avg_below_p:.4f} vs VAR {var['avg'][p - 2]:.4f}",
-          a["avg"][9] >= var["avg"][9]))
-      if "paper_kl" in m:
-        pk = m["paper_kl"]
-        extra = ""
-        if "encoder_only" in m:
-          eo = m["encoder_only"]
-          extra = (f"; encoder-only AUROC {eo['auroc']:.3f}, AC@1 {eo['ac'][0]:.3f}, "
-                   f"Avg@10 {eo['avg'][9]:.3f}")
-        claims.append(Claim(
-            f"{tag}: paper-KL ablation, AUROC >= 0.9 and AC@1 >= 0.85 as the coded KL",
-            "- (the paper states its KL; the code uses another form)",
-            f"paper KL AUROC {pk['auroc']:.3f}, AC@1 {pk['ac'][0]:.3f}, Avg@10 "
-            f"{pk['avg'][9]:.3f} vs coded {a['auroc']:.3f}, {a['ac'][0]:.3f}, "
-            f"{a['avg'][9]:.3f}{extra}",
-            pk["auroc"] >= 0.9 and pk["ac"][0] >= 0.85))
+               f"{a['avg'][9]:.3f}, Avg@{p - 1} {avg_below_p:.3f}; epochs "
+               f"{res.train['aerca'].epochs}")
+    run = _Run(tag, p, res.methods, ranking, avg_below_p,
+               PAPER.get(name, {"ac": "-", "avg10": "-", "auroc": "-"}))
+    claims.extend(_linear_claims(run) if name == "linear" else _other_claims(run))
     _plot(ctx, name, res)
   (ctx.report_dir / "aerca_summary.json").write_text(json.dumps(summary, default=float))
   return claims

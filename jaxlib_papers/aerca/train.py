@@ -1,16 +1,18 @@
-"""AERCA pipeline: data -> training (one ``core.train_loop`` run per variant) -> readouts.
+"""AERCA pipeline: data -> training (one ``core.stages`` stage per variant) -> readouts.
 
 ``run(config, workdir)`` is what the launcher, the reproduction check and the Colab demo
-call. Each trained variant (``aerca``, ``paper_kl``, ``encoder_only``) runs in
-``workdir/<variant>`` (checkpointed, resumable); ``workdir=None`` runs in memory.
+call; it returns a :class:`Result`. Each trained variant (``aerca``, ``paper_kl``,
+``encoder_only``) is a stage run in ``workdir/<variant>`` (checkpointed, resumable);
+``workdir=None`` runs in memory. A stage's step is one epoch (one Adam step per training
+series), ``optim.max_epochs`` of them, ``optim.epochs_per_step`` per compiled call.
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
 import pathlib
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -21,9 +23,47 @@ from jaxlib_papers.aerca import data as data_lib
 from jaxlib_papers.aerca import evaluate as ev
 from jaxlib_papers.aerca import kernel as K
 from jaxlib_papers.aerca.models import Networks
-from jaxlib_papers.core import train_loop, writers
+from jaxlib_papers.core import results, stages
 
 VARIANTS = ("aerca", "paper_kl", "encoder_only")
+HISTORY_KEYS = ("step", "loss", "val_loss", "active_seeds")
+
+
+class Settings(NamedTuple):
+  """A variant's settings, read from the config once."""
+  loss: K.LossSettings
+  train: K.TrainSettings
+  max_epochs: int          # epochs (the stage's steps), a multiple of epochs_per_step
+
+
+@dataclasses.dataclass(frozen=True)
+class Training:
+  """How one variant trained."""
+  epochs: list[int]        # [S] epochs each seed trained before it stopped
+  best_val: list[float]    # [S] best summed validation loss
+  seconds: float           # wall seconds of the stage (compilation included)
+  eval_seconds: float      # wall seconds of the readouts
+  history: list[dict[str, float]]  # per call: step (epochs run), loss, val_loss, active_seeds
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+  """What :func:`run` returns; ``results.json`` holds the fields not marked in-memory.
+
+  ``methods`` maps a method (the trained variants, ``var``, ``raw``, ``random``) to its
+  metrics: ``ac``/``avg`` (k = 1..max_k, mean over seeds) with ``_std``, ``auroc``/``auprc``
+  with ``_std``, ``ac_star``, the ``per_seed`` rows; a trained variant also has
+  ``graph_mean`` [p, p] and ``z_example`` (seed 0's z-scores of the first abnormal test
+  series), ``var`` its ``graph_mean`` and ``graph_pooled``.
+  """
+  methods: dict[str, dict[str, Any]]
+  train: dict[str, Training]
+  data_seconds: float
+  dataset: str
+  params: dict[str, Any] = results.in_memory()    # {variant: [S]-stacked best params}
+  parts: dict[str, np.ndarray] = results.in_memory()  # the data split (:func:`split`)
+  nets: Networks | None = results.in_memory()
+  config: dict[str, Any] = results.in_memory()
 
 
 def make_dataset(config: ml_collections.ConfigDict) -> data_lib.Dataset:
@@ -57,10 +97,40 @@ def loss_settings(config: ml_collections.ConfigDict, variant: str = "aerca"
   return K.LossSettings(**fields).validate()
 
 
+def settings_from_config(config: ml_collections.ConfigDict, variant: str = "aerca"
+                         ) -> Settings:
+  """``variant``'s :class:`Settings` from ``config`` (checked before any training).
+
+  Raises:
+    ValueError: a bad loss setting, ``optim`` value or ``num_seeds``, or
+      ``optim.max_epochs`` not a positive multiple of ``optim.epochs_per_step``.
+  """
+  optim = config.optim
+  train = K.TrainSettings(lr=float(optim.lr), num_seeds=int(config.num_seeds),
+                          patience=int(optim.patience),
+                          epochs_per_step=int(optim.epochs_per_step)).validate()
+  max_epochs = int(optim.max_epochs)
+  if max_epochs < 1 or max_epochs % train.epochs_per_step:
+    raise ValueError("optim.max_epochs must be a positive multiple of "
+                     f"optim.epochs_per_step ({train.epochs_per_step}); got {max_epochs}")
+  return Settings(loss_settings(config, variant), train, max_epochs)
+
+
 def split(dataset: data_lib.Dataset, config) -> dict[str, np.ndarray]:
+  """Fit / validation (the first ``data.num_train`` series) and test series of ``dataset``.
+
+  The last ``data.num_val`` of the training series validate.
+  """
   n_train, n_val = int(config.data.num_train), int(config.data.num_val)
+  if n_train < 2:
+    raise ValueError("data.num_train must be >= 2 (one series to fit, one to validate); "
+                     f"got {n_train}")
   if not 1 <= n_val < n_train:
-    raise ValueError(f"data.num_val must be in [1, num_train); got {n_val} of {n_train}")
+    raise ValueError(f"data.num_val must be in [1, data.num_train - 1 = {n_train - 1}]; "
+                     f"got {n_val}")
+  if len(dataset.normal) <= n_train:
+    raise ValueError(f"the data set has {len(dataset.normal)} series: data.num_train = "
+                     f"{n_train} leaves none to test")
   normal = np.asarray(dataset.normal, np.float32)
   return {"fit": normal[:n_train - n_val], "val": normal[n_train - n_val:n_train],
           "test_normal": normal[n_train:],
@@ -97,39 +167,34 @@ def _graph_rows(estimates: np.ndarray, truth: np.ndarray) -> dict[str, float]:
 
 
 def summarize_seeds(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
-  """Mean and std over seeds of every metric of ``per_seed`` rows."""
+  """Mean and std over seeds of every metric of ``per_seed`` rows.
+
+  The scalars (``auroc``, ``auprc``, ``ac_star`` per k) go through ``results.summarize``;
+  ``ac`` / ``avg`` are [max_k] vectors, averaged over the seed axis in one numpy reduction
+  (a column at a time would sum in another order and move the last bit).
+  """
+  scalars = [{**{k: row[k] for k in ("auroc", "auprc") if k in row},
+              **{f"ac_star/{k}": v for k, v in row.get("ac_star", {}).items()}}
+             for row in per_seed]
+  stats = results.summarize(scalars, scalars[0])[0]
   out: dict[str, Any] = {"per_seed": per_seed}
   for key in ("ac", "avg"):
     values = np.array([row[key] for row in per_seed])
     out[key], out[key + "_std"] = values.mean(0).tolist(), values.std(0).tolist()
   for key in ("auroc", "auprc"):
-    if key in per_seed[0]:
-      values = np.array([row[key] for row in per_seed])
-      out[key], out[key + "_std"] = float(values.mean()), float(values.std())
+    if key in stats:
+      out[key], out[key + "_std"] = stats[key], stats[key + "_std"]
   if "ac_star" in per_seed[0]:
-    out["ac_star"] = {k: float(np.mean([row["ac_star"][k] for row in per_seed]))
-                      for k in per_seed[0]["ac_star"]}
+    out["ac_star"] = {k: stats[f"ac_star/{k}"] for k in per_seed[0]["ac_star"]}
   return out
 
 
-def train_variant(config, nets: Networks, parts, variant: str, workdir) -> dict[str, Any]:
-  """Trains one variant (all seeds vmapped) and returns its best params and history."""
-  settings = loss_settings(config, variant)
-  per_step = int(config.optim.epochs_per_step)
-  kern = K.make_train_kernel(
-      nets, settings, parts["fit"], parts["val"], lr=float(config.optim.lr),
-      num_seeds=int(config.num_seeds), patience=int(config.optim.patience),
-      epochs_per_step=per_step)
-  cfg = ml_collections.ConfigDict(config.to_dict())
-  cfg.loop.num_steps = math.ceil(int(config.optim.max_epochs) / per_step)
-  cfg.variant = variant
-  start = time.perf_counter()
-  result = train_loop.run(kern, None, cfg, workdir, name=f"aerca/{variant}")
-  state = jax.block_until_ready(result.state)
-  return {"params": jax.device_get(state.best_params), "history": result.history,
-          "epochs": np.asarray(state.epochs_trained).tolist(),
-          "best_val": np.asarray(state.best_val).tolist(),
-          "seconds": time.perf_counter() - start}
+def variant_stage(nets: Networks, parts, variant: str, settings: Settings) -> stages.Stage:
+  """The stage that trains ``variant``: ``max_epochs`` steps of one epoch each."""
+  make = lambda _: K.make_train_kernel(nets, settings.loss, parts["fit"], parts["val"],
+                                       settings.train)
+  return stages.Stage(variant, make, num_steps=settings.max_epochs,
+                      steps_per_call=settings.train.epochs_per_step)
 
 
 def evaluate_params(nets: Networks, params, parts, lag: int, eval_cfg) -> dict[str, Any]:
@@ -179,8 +244,38 @@ def baselines(parts, lag: int, eval_cfg, seed: int) -> dict[str, Any]:
           "raw": summarize_seeds([raw]), "random": summarize_seeds([rand])}
 
 
+def _check(config: ml_collections.ConfigDict) -> dict[str, Settings]:
+  """Every trained variant's settings (``aerca`` first), checked before any work."""
+  if int(config.num_seeds) < 1:
+    raise ValueError(f"config.num_seeds must be >= 1; got {config.num_seeds}")
+  for variant in config.variants:
+    if variant not in VARIANTS:
+      raise ValueError(f"config.variants entries must be in {VARIANTS}; got {variant!r}")
+  variants = ["aerca"] + [v for v in config.variants if v != "aerca"]
+  return {v: settings_from_config(config, v) for v in variants}
+
+
+def _load(config: ml_collections.ConfigDict, dataset: data_lib.Dataset | None
+          ) -> dict[str, np.ndarray]:
+  if dataset is None:
+    dataset = make_dataset(config)
+  parts = split(dataset, config)
+  for name in ("fit", "val", "test_normal", "test_abnormal"):
+    data_lib.validate_series(name, parts[name], int(config.data.num_vars))
+  return parts
+
+
+def _training(state: K.TrainState, trained: stages.StagesResult, variant: str,
+              eval_seconds: float) -> Training:
+  history = [{k: row[k] for k in HISTORY_KEYS} for row in trained.histories[variant]]
+  best = state.seeds.best
+  return Training(np.asarray(state.seeds.epochs_trained).tolist(),
+                  np.asarray(best.value).tolist(), trained.seconds[variant], eval_seconds,
+                  history)
+
+
 def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = None,
-        *, dataset: data_lib.Dataset | None = None) -> dict[str, Any]:
+        *, dataset: data_lib.Dataset | None = None) -> Result:
   """Trains AERCA (and the configured variants), evaluates them and the baselines.
 
   Args:
@@ -190,47 +285,32 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
     dataset: series to use instead of generating ``config.dataset``.
 
   Returns:
-    ``{"methods": {name: metrics}, "train": {variant: epochs, seconds, ...},
-    "params": {variant: [S]-stacked params}, "parts": the data split, "config": dict}``.
-    Metrics hold ``ac``/``avg`` (k = 1..max_k, mean over seeds), ``auroc``/``auprc``,
-    ``ac_star`` and ``per_seed`` rows.
+    A :class:`Result` (``results.json`` in ``workdir`` holds its written fields).
+
+  Raises:
+    ValueError: a bad setting (before any data is generated or anything trains).
   """
-  if int(config.num_seeds) < 1:
-    raise ValueError(f"config.num_seeds must be >= 1; got {config.num_seeds}")
-  for variant in config.variants:
-    if variant not in VARIANTS:
-      raise ValueError(f"config.variants entries must be in {VARIANTS}; got {variant!r}")
+  settings = _check(config)
   start = time.perf_counter()
-  if dataset is None:
-    dataset = make_dataset(config)
-  parts = split(dataset, config)
-  for name in ("fit", "val", "test_normal", "test_abnormal"):
-    data_lib.validate_series(name, parts[name], int(config.data.num_vars))
+  parts = _load(config, dataset)
   data_seconds = time.perf_counter() - start
   lag = int(config.model.lag)
   nets = Networks(int(config.data.num_vars), lag, int(config.model.hidden),
                   int(config.model.layers))
   workdir = pathlib.Path(workdir) if workdir is not None else None
-  variants = ["aerca"] + [v for v in config.variants if v != "aerca"]
-  methods, trained, params = {}, {}, {}
-  for variant in variants:
-    out = train_variant(config, nets, parts, variant,
-                        None if workdir is None else workdir / variant)
-    params[variant] = out.pop("params")
-    trained[variant] = {k: v for k, v in out.items() if k != "history"}
-    trained[variant]["history"] = [
-        {k: row[k] for k in ("step", "loss", "val_loss", "active_seeds")}
-        for row in out["history"]]
+  plan = tuple(variant_stage(nets, parts, v, s) for v, s in settings.items())
+  trained = stages.run_stages(plan, config, workdir, name="aerca")
+  methods, training, params = {}, {}, {}
+  for variant in settings:
+    state = trained.states[variant]
+    params[variant] = jax.device_get(state.seeds.best.params)
     eval_start = time.perf_counter()
     methods[variant] = evaluate_params(nets, params[variant], parts, lag, config.eval)
-    trained[variant]["eval_seconds"] = time.perf_counter() - eval_start
+    training[variant] = _training(state, trained, variant,
+                                  time.perf_counter() - eval_start)
   if bool(config.baselines):
     methods.update(baselines(parts, lag, config.eval, int(config.seed)))
-  results = {"methods": methods, "train": trained, "params": params, "parts": parts,
-             "nets": nets, "data_seconds": data_seconds,
-             "config": config.to_dict()}
-  if workdir is not None:
-    keep = {"methods": methods, "train": trained, "data_seconds": data_seconds,
-            "dataset": str(config.dataset)}
-    writers.write_json(workdir / "results.json", keep, indent=1)
-  return results
+  result = Result(methods, training, data_seconds, str(config.dataset), params=params,
+                  parts=parts, nets=nets, config=config.to_dict())
+  results.write(result, workdir)
+  return result

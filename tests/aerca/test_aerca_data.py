@@ -106,7 +106,8 @@ def test_lotka_volterra_drift_graph_and_twin():
   assert g[0, q] == g[0, q + 1] == 1 and g[0, q + 2] == 0    # prey 0 <- predators 0, 1
   assert g[q + 3, 2] == g[q + 3, 3] == 1 and g[q + 3, 0] == 0
   assert np.all(np.diag(g) == 1)
-  ds = _gen("lotka_volterra", 3, length=30, num_species=q, burn_in=10)
+  ds = _gen("lotka_volterra", 3, length=30, num_species=q,
+            sim=data.LotkaVolterraSim(burn_in=10))
   assert ds.normal.shape == (3, 30, 2 * q) and np.all(ds.normal >= 0)
   for xn, xa, lab in zip(ds.normal, ds.abnormal, ds.labels):
     rows = np.flatnonzero(lab.any(1))

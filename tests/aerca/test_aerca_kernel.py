@@ -12,6 +12,7 @@ from jaxlib_papers.core.config import make_config
 from jaxlib_papers.core.precision import enable_x64
 
 P, LAG, HIDDEN = 3, 2, 8
+TRAIN = K.TrainSettings(lr=3e-3, num_seeds=2, patience=3, epochs_per_step=2)
 
 
 def _series(n, length=24, seed=0):
@@ -133,9 +134,10 @@ def test_loss_gradient_matches_finite_differences_float64(settings):
       np.testing.assert_allclose(jitted, f(params), rtol=1e-12)
 
 
-def _config(steps):
-  return make_config("smoke", {"seed": 0, "loop": {"num_steps": steps, "log_every": 1,
+def _config(epochs):
+  return make_config("smoke", {"seed": 0, "loop": {"num_steps": epochs, "log_every": 1,
                                                    "checkpoint_every": 100, "quiet": True}})
+
 
 
 @pytest.fixture(scope="module")
@@ -143,13 +145,13 @@ def trained():
   """One kernel, two epochs per step, run jitted on one device and by train_loop on 8."""
   nets = Networks(P, LAG, HIDDEN, 1)
   val = _series(2, seed=2)
-  kern = K.make_train_kernel(nets, K.LossSettings(), _series(4, seed=1), val, lr=3e-3,
-                             num_seeds=2, patience=3, epochs_per_step=2)
+  kern = K.make_train_kernel(nets, K.LossSettings(), _series(4, seed=1), val, TRAIN)
   step = jax.jit(kern.train_step)
   state = jax.jit(kern.init)(jax.random.key(0))
   for _ in range(2):
     state, metrics = step(state, None)
-  result = train_loop.run(kern, None, _config(2), None, mesh=distributed.make_mesh())
+  result = train_loop.run(kern, None, _config(4), None, mesh=distributed.make_mesh(),
+                          steps_per_call=2)
   return kern, step, state, metrics, result, val
 
 
@@ -160,15 +162,16 @@ def test_train_kernel_single_device_equals_train_loop_on_8_devices(trained):
     np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
                                rtol=2e-5, atol=2e-6)
   assert int(result.state.epoch) == 4
+  assert [row["step"] for row in result.history] == [2, 4]   # a step is one epoch
   assert result.history[-1]["loss"] < result.history[0]["loss"] * 1.5
 
 
 def test_resume_equals_uninterrupted(trained, tmp_path):
   kern, _, _, _, result, _ = trained
   mesh = distributed.make_mesh()
-  train_loop.run(kern, None, _config(1), tmp_path, mesh=mesh)
-  resumed = train_loop.run(kern, None, _config(2), tmp_path, mesh=mesh)
-  assert resumed.resumed_from == 1
+  train_loop.run(kern, None, _config(2), tmp_path, mesh=mesh, steps_per_call=2)
+  resumed = train_loop.run(kern, None, _config(4), tmp_path, mesh=mesh, steps_per_call=2)
+  assert resumed.resumed_from == 2
   for a, b in zip(jax.tree.leaves(resumed.state), jax.tree.leaves(result.state)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
@@ -177,26 +180,29 @@ def test_best_val_is_the_validation_loss_of_best_params(trained):
   kern, _, _, _, result, val = trained
   loss = jax.jit(lambda p, x: kern.series_loss(p, x)[0])
   for seed in range(2):
-    best = jax.tree.map(lambda a, i=seed: a[i], result.state.best_params)
+    best = jax.tree.map(lambda a, i=seed: a[i], result.state.seeds.best.params)
     total = sum(float(loss(best, jnp.asarray(v))) for v in val)
-    np.testing.assert_allclose(total, float(result.state.best_val[seed]), rtol=1e-4)
+    np.testing.assert_allclose(total, float(result.state.seeds.best.value[seed]), rtol=1e-4)
 
 
 def test_early_stopping_freezes_seeds_and_skips_when_all_stopped(trained):
   _, step, state, _, _, _ = trained
   # No epoch can beat a best of -inf: both seeds stop after patience (3) epochs.
   # (Derived from the state's own arrays so the compiled step is reused.)
-  state = state._replace(best_val=state.best_val - jnp.inf, bad_epochs=state.bad_epochs * 0)
-  start_epoch = int(state.epoch)
+  best = state.seeds.best
+  best = best._replace(value=best.value - jnp.inf, bad_epochs=best.bad_epochs * 0)
+  state = state._replace(seeds=state.seeds._replace(best=best))
+  start_epoch, start_trained = int(state.epoch), np.asarray(state.seeds.epochs_trained)
   state, _ = step(state, None)
-  assert np.all(np.asarray(state.active))
+  assert np.all(np.asarray(state.seeds.best.active))
   state, metrics = step(state, None)                 # epoch 3 of patience 3
-  assert not np.any(np.asarray(state.active))
+  assert not np.any(np.asarray(state.seeds.best.active))
   assert int(state.epoch) == start_epoch + 3 and float(metrics["active_seeds"]) == 0.0
+  np.testing.assert_array_equal(state.seeds.epochs_trained, start_trained + 3)
   frozen = state
   state, _ = step(state, None)
   assert int(state.epoch) == int(frozen.epoch)        # skipped: no epoch counted
-  for a, b in zip(jax.tree.leaves(frozen.params), jax.tree.leaves(state.params)):
+  for a, b in zip(jax.tree.leaves(frozen.seeds), jax.tree.leaves(state.seeds)):
     np.testing.assert_array_equal(a, b)
 
 
@@ -207,6 +213,10 @@ def test_bad_settings_are_named():
     K.LossSettings(smooth_axis="nope").validate()
   with pytest.raises(ValueError, match="train_series"):
     K.make_train_kernel(Networks(P, LAG, 4, 1), K.LossSettings(), np.zeros((2, 3, P)),
-                        np.zeros((1, 20, P)), lr=1e-3, num_seeds=1, patience=2)
+                        np.zeros((1, 20, P)), K.TrainSettings(lr=1e-3, patience=2))
+  with pytest.raises(ValueError, match="patience"):
+    K.TrainSettings(patience=0).validate()
+  with pytest.raises(ValueError, match="lr must be > 0"):
+    K.TrainSettings(lr=0.0).validate()
   with pytest.raises(ValueError, match="lag"):
     Networks(P, 0, 4, 1)

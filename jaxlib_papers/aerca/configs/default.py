@@ -8,6 +8,11 @@ depth L. The ``cpu`` preset is the reproduction size (Adam 1e-3 and at most 800 
 in the brief's CPU plan; nonlinear with L = 3; Lorenz-96 with p = 10, T = 500 and at most
 200 epochs); ``full`` is the paper's.
 
+An aerca step is one epoch (one Adam step per training series): each trained variant is
+a stage of ``optim.max_epochs`` steps (a positive multiple of ``optim.epochs_per_step``),
+``optim.epochs_per_step`` per compiled call; ``loop.log_every`` and
+``loop.checkpoint_every`` count epochs too.
+
 Launcher: ``--config=jaxlib_papers/aerca/configs/default.py:nonlinear,cpu``.
 """
 
@@ -38,13 +43,16 @@ _BASE = dict(
               kl_form="code",                           # "code" | "paper"
               smooth_axis="lag",                        # "lag" (code) | "time" (paper)
               decoder=True),
+    # An aerca step is one epoch (one Adam step per training series): the training stage
+    # runs max_epochs steps (a multiple of epochs_per_step), epochs_per_step per call.
     optim=dict(lr=1e-4, max_epochs=5000, patience=20, epochs_per_step=10),
     # Extra trained variants besides "aerca": "paper_kl" (the paper's KL form) and
     # "encoder_only" (no decoder, no KL).
     variants=("aerca",),
     baselines=True,              # VAR residual z, raw-value z, random ranking
     eval=dict(max_k=10, pot_risk=1e-2, pot_level=0.98, star_ks=(1, 10, 100, 500)),
-    loop=dict(num_steps=0, log_every=10, checkpoint_every=100000, quiet=False),
+    # Cadence in steps, i.e. epochs; the number of steps is optim.max_epochs.
+    loop=dict(log_every=100, checkpoint_every=1000000, quiet=False),
 )
 
 # Official per-data-set settings (K, H, L, T, p, seeds of the args files).
@@ -63,7 +71,7 @@ _PRESETS = {
               "optim.lr": 1e-3, "optim.max_epochs": 6, "optim.epochs_per_step": 3,
               "model.hidden": 16, "loop.quiet": True},
     "cpu": {"num_seeds": 3, "data.num_test": 50, "optim.lr": 1e-3, "optim.max_epochs": 800,
-            "optim.epochs_per_step": 10, "loop.log_every": 10},
+            "optim.epochs_per_step": 10, "loop.log_every": 100},
     "full": {},
 }
 

@@ -1,0 +1,55 @@
+"""The pipeline's settings, split and seed statistics (no training: settings fail first)."""
+
+import numpy as np
+import pytest
+
+from jaxlib_papers.aerca import data, train
+from jaxlib_papers.aerca.configs.default import dataset_config
+
+
+def _dataset(num_series, length=12, p=4):
+  x = np.zeros((num_series, length, p), np.float32)
+  return data.Dataset(x, x, np.zeros(x.shape, bool), np.zeros((p, p)), np.zeros((0,)),
+                      "linear")
+
+
+def test_settings_are_read_once_per_variant():
+  config = dataset_config("nonlinear", "smoke")
+  s = train.settings_from_config(config, "paper_kl")
+  assert s.loss.kl_form == "paper" and s.max_epochs == 6
+  assert s.train.epochs_per_step == 3 and s.train.num_seeds == 2
+  only = train.settings_from_config(config, "encoder_only")
+  assert not only.loss.decoder and only.loss.beta == 0.0
+
+
+@pytest.mark.parametrize("max_epochs", [0, 5])
+def test_max_epochs_must_be_a_positive_multiple_before_training(max_epochs):
+  config = dataset_config("linear", "smoke")
+  config.optim.max_epochs = max_epochs
+  with pytest.raises(ValueError, match=r"optim.max_epochs must be a positive multiple"):
+    train.run(config, dataset=_dataset(1))   # fails before the (unusable) data is split
+
+
+def test_split_errors_name_the_right_key():
+  config = dataset_config("linear", "smoke")
+  config.data.num_train, config.data.num_val = 1, 1
+  with pytest.raises(ValueError, match="data.num_train must be >= 2"):
+    train.split(_dataset(4), config)
+  config.data.num_train, config.data.num_val = 3, 3
+  with pytest.raises(ValueError, match=r"data.num_val must be in \[1, data.num_train - 1 = 2\]"):
+    train.split(_dataset(4), config)
+  config.data.num_val = 1
+  with pytest.raises(ValueError, match="leaves none to test"):
+    train.split(_dataset(3), config)
+  parts = train.split(_dataset(5), config)
+  assert [len(parts[k]) for k in ("fit", "val", "test_normal")] == [2, 1, 2]
+
+
+def test_summarize_seeds_is_the_mean_and_std_over_seeds():
+  rows = [{"ac": [1.0, 0.5], "avg": [1.0, 0.75], "auroc": 0.9, "ac_star": {1: 0.5}},
+          {"ac": [0.0, 0.5], "avg": [0.0, 0.25], "auroc": 0.7, "ac_star": {1: 1.0}}]
+  out = train.summarize_seeds(rows)
+  assert out["ac"] == [0.5, 0.5] and out["ac_std"] == [0.5, 0.0]
+  assert out["avg"] == [0.5, 0.5] and out["avg_std"] == [0.5, 0.25]
+  np.testing.assert_allclose([out["auroc"], out["auroc_std"]], [0.8, 0.1])
+  assert out["ac_star"] == {1: 0.75} and "auprc" not in out and out["per_seed"] is rows
