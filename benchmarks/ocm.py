@@ -76,17 +76,21 @@ class Ours:
     self.x0 = jnp.asarray(data.sample_mixture_numpy(
         mix, np.random.default_rng(args.seed), args.batch), jnp.float32)
     self.backbone = self.model.init(k_p, self.x0[:2], jnp.ones((2,), jnp.int32))
-    self.heads = kernel.make_head_kernel(
-        self.model, self.head, self.schedule, optax.adam(args.lr), self.x0, self.backbone,
-        heads=("ocm",), num_probes=1, ema_decay=args.ema_decay, param="linear", loss="mse")
+    settings = kernel.HeadSettings(self.model, self.head, self.schedule, heads=("ocm",),
+                                   num_probes=1, ema_decay=args.ema_decay, param="linear",
+                                   loss="mse")
+    self.heads = kernel.make_head_kernel(settings, optax.adam(args.lr), self.x0,
+                                         self.backbone)
     self.state = jax.jit(self.heads.init)(k_h)
     self.step, self.step_compile_s, *_ = timing.compile_and_time(
         self.heads.train_step, self.state, self.x0, repeats=0)
     # The scan of 10 steps per call that core.train_loop runs (heads.steps_per_call).
+    chunked = kernel.make_head_kernel(settings, optax.adam(args.lr), self.x0, self.backbone,
+                                      steps_per_call=args.steps_per_call)
     chunk = jnp.repeat(self.x0[:, None], args.steps_per_call, axis=1)
     self.chunk = chunk
     self.chunk_step, self.chunk_compile_s, *_ = timing.compile_and_time(
-        self.heads.train_step, self.state, chunk, repeats=0)
+        chunked.train_step, self.state, chunk, repeats=0)
 
     methods = kernel.Methods(self.model, self.backbone, self.head, self.state.params,
                              max_var=1.0)

@@ -19,8 +19,8 @@ def main(argv):
   del argv
   common.setup()
   from jaxlib_papers.ocm import train  # pylint: disable=g-import-not-at-top
-  results = train.run(_CONFIG.value, common.workdir("ocm"))
-  for num_k, row in results["nelbo"].items():
+  result = train.run(_CONFIG.value, common.workdir("ocm"))
+  for num_k, row in result.nelbo.items():
     print(f"K={num_k} NELBO (nats/dim): "
           + ", ".join(f"{name} {value:.4f}" for name, value in row.items()))
 

@@ -4,11 +4,13 @@ Public API:
 
 * :mod:`diffusion`: schedules, skip-step DDPM/DDIM reverse steps, ``sample``, K-step ``nelbo``.
 * :mod:`covariance`: the OCM probe target (one jvp), head losses, every method's x0-covariance.
-* :mod:`kernel`: ``make_dsm_kernel``, ``make_head_kernel`` (for ``core.train_loop``), and
+* :mod:`kernel`: the losses ``dsm_loss`` / ``head_loss`` over ``DSMSettings`` /
+  ``HeadSettings``, ``make_dsm_kernel``, ``make_head_kernel`` (for ``core.stages``), and
   ``make_predictor`` for beta~, beta, Analytic-DPM, SN-DPM, NPR-DPM, OCM and the exact row.
 * :mod:`gmm`: Gaussian mixtures with closed-form diffused score and Hessian diagonal.
 * :mod:`models`: MLP and UNet eps backbones returning their last features; the heads.
-* :mod:`train`: ``run(config, workdir)``; configs in ``configs/default.py``.
+* :mod:`train`: ``run(config, workdir) -> train.Result``; configs in ``configs/default.py``.
+* :mod:`plotting`: every figure (the reproduction check's and the demo's).
 """
 
 from jaxlib_papers.ocm import configs, covariance, diffusion, gmm, kernel, models, train

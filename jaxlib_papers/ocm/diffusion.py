@@ -16,7 +16,7 @@ the tests), ``eta = 0`` DDIM; with a nonzero ``c`` both are stochastic.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -204,10 +204,24 @@ def _gauss_kl(mean_q, var_q, mean_p, var_p):
   return 0.5 * (jnp.log(var_p / var_q) + (var_q + jnp.square(mean_q - mean_p)) / var_p - 1.0)
 
 
+class BoundSettings(NamedTuple):
+  """How the K-step bound is computed (the sampler's eta, the clip, the decoder density).
+
+  Attributes:
+    eta: must be > 0 (q(x_s | x_t, x0) is a point mass at eta = 0).
+    clip_x0: > 0 clips x0_hat to [-clip_x0, clip_x0]; None does not.
+    discrete_decoder: the decoder is the discretised Gaussian of 8-bit images in [-1, 1]
+      (bins of width 2/255, the outer bins open), as in DDPM and the official likelihood;
+      otherwise a continuous Gaussian density.
+  """
+  eta: float = 1.0
+  clip_x0: float | None = None
+  discrete_decoder: bool = False
+
+
 def nelbo(predict: Predictor, schedule: Schedule, timesteps: np.ndarray, x0: Array,
-          key: Array, *, eta: float = 1.0, decoder_var: float | Array | None = None,
-          clip_x0: float | None = None, discrete_decoder: bool = False
-          ) -> tuple[Array, Array]:
+          key: Array, *, decoder_var: float | Array | None = None,
+          settings: BoundSettings = BoundSettings()) -> tuple[Array, Array]:
   """The K-step negative ELBO of the skip-step model, per data point, in nats.
 
   -log p(x0) <= KL(q(x_N | x0) || N(0, I))
@@ -219,28 +233,84 @@ def nelbo(predict: Predictor, schedule: Schedule, timesteps: np.ndarray, x0: Arr
     predict: the method (see :func:`sample`).
     timesteps: int [K] increasing, first 1 and last N.
     x0: [B, ...] data.
-    eta: must be > 0 (q(x_s | x_t, x0) is a point mass at eta = 0).
+    key: a typed PRNG key.
     decoder_var: overrides the variance of p(x0 | x_1). The official protocol fixes it to
       tilde_beta(1, 2) for every method (:func:`official_decoder_var`); without an override
       the method's own x0-covariance at t_0 is used (DDPM's fixed beta~ has c = 0 there).
       A NaN (possibly traced) means no override.
-    discrete_decoder: the decoder is the discretised Gaussian of 8-bit images in [-1, 1]
-      (bins of width 2/255, the outer bins open), as in DDPM and the official likelihood;
-      otherwise a continuous Gaussian density.
+    settings: eta, the x0 clip and the decoder density (:class:`BoundSettings`).
 
   Returns:
     (nelbo [B], terms [K + 1, B]: prior, K - 1 transitions (largest t first), decoder).
   """
-  return nelbo_many(predict, schedule, [timesteps], x0, key, eta=eta,
-                    decoder_vars=[decoder_var], clip_x0=clip_x0,
-                    discrete_decoder=discrete_decoder)[0]
+  return nelbo_many(predict, schedule, [timesteps], x0, key, decoder_vars=[decoder_var],
+                    settings=settings)[0]
+
+
+def _check_sequences(lists: Sequence[np.ndarray], decoder_vars: Sequence[Any] | None,
+                     eta: float, num_steps: int) -> Sequence[Any]:
+  """``decoder_vars`` (one None per sequence by default) after checking every argument."""
+  if not lists:
+    raise ValueError("timesteps must hold at least one sequence")
+  if decoder_vars is None:
+    decoder_vars = [None] * len(lists)
+  if len(decoder_vars) != len(lists):
+    raise ValueError(f"decoder_vars must have one entry per sequence ({len(lists)}), got "
+                     f"{len(decoder_vars)}")
+  if not eta > 0:
+    raise ValueError(f"the NELBO needs eta > 0, got {eta}")
+  for ts in lists:
+    if ts.ndim != 1 or len(ts) < 2 or ts[-1] != num_steps:
+      raise ValueError(f"timesteps must be [K >= 2] ending at N = {num_steps}, got {ts}")
+  return decoder_vars
+
+
+def _transition_terms(predict: Predictor, schedule: Schedule, lists: Sequence[np.ndarray],
+                      x0: Array, key: Array, settings: BoundSettings) -> Array:
+  """[sum_i (K_i - 1), B] KL terms of every sequence's transitions (largest t first)."""
+  axes = tuple(range(1, x0.ndim))
+  ts = jnp.asarray(np.concatenate([t[::-1][:-1] for t in lists]))
+  ss = jnp.asarray(np.concatenate([t[::-1][1:] for t in lists]))
+  keys = jnp.concatenate([jax.random.split(key, len(t) - 1) for t in lists])
+
+  def transition(inputs):
+    t, s, k = inputs
+    noise = prng.normal(k, x0.shape, x0.dtype)
+    tb = jnp.full((x0.shape[0],), t)
+    x_t = q_sample(schedule, x0, tb, noise)
+    eps_hat, x0_cov = predict(x_t, t)
+    coef = step_coefficients(schedule, t, s, settings.eta)
+    x0_hat, _ = predict_x0(schedule, x_t, t, eps_hat, settings.clip_x0)
+    var_p = coef.lam2 + jnp.square(coef.cov_coef) * x0_cov
+    var_p = jnp.broadcast_to(var_p, x0.shape)
+    diff = coef.cov_coef * (x0 - x0_hat)
+    return jnp.sum(_gauss_kl(diff, coef.lam2, 0.0, var_p), axis=axes)
+
+  return jax.lax.map(transition, (ts, ss, keys))
+
+
+def _decoder_term(x0: Array, x0_hat: Array, x0_cov: Array, decoder_var: Any,
+                  discrete_decoder: bool) -> Array:
+  """[B] -log p(x0 | x_{t_0}) with the decoder's variance (see :func:`nelbo`)."""
+  axes = tuple(range(1, x0.ndim))
+  if decoder_var is None:
+    var = x0_cov
+  else:  # NaN means "no override", so one compiled program serves every method.
+    decoder_var = jnp.asarray(decoder_var, x0.dtype)
+    var = jnp.where(jnp.isnan(decoder_var), x0_cov, decoder_var)
+  # A method whose x0-covariance hits its clip at 0 would give log(0); the floor keeps the
+  # bound finite (and huge), so such a failure shows as a number rather than a NaN.
+  var = jnp.maximum(jnp.broadcast_to(var, x0.shape), 1e-12)
+  if discrete_decoder:
+    return -jnp.sum(discretized_gaussian_log_prob(x0, x0_hat, var), axis=axes)
+  return jnp.sum(0.5 * (jnp.log(2 * jnp.pi * var) + jnp.square(x0 - x0_hat) / var),
+                 axis=axes)
 
 
 def nelbo_many(predict: Predictor, schedule: Schedule, timesteps: Sequence[np.ndarray],
-               x0: Array, key: Array, *, eta: float = 1.0,
+               x0: Array, key: Array, *,
                decoder_vars: Sequence[float | Array | None] | None = None,
-               clip_x0: float | None = None, discrete_decoder: bool = False
-               ) -> list[tuple[Array, Array]]:
+               settings: BoundSettings = BoundSettings()) -> list[tuple[Array, Array]]:
   """:func:`nelbo` of several skip-step sequences (several K) in one program.
 
   Each sequence gets exactly the draws :func:`nelbo` gives it with the same ``key`` (its
@@ -259,66 +329,26 @@ def nelbo_many(predict: Predictor, schedule: Schedule, timesteps: Sequence[np.nd
     ``[(nelbo [B], terms [K_i + 1, B]) for each sequence]``.
   """
   lists = [np.asarray(ts) for ts in timesteps]
-  if not lists:
-    raise ValueError("timesteps must hold at least one sequence")
-  if decoder_vars is None:
-    decoder_vars = [None] * len(lists)
-  if len(decoder_vars) != len(lists):
-    raise ValueError(f"decoder_vars must have one entry per sequence ({len(lists)}), got "
-                     f"{len(decoder_vars)}")
-  if not eta > 0:
-    raise ValueError(f"the NELBO needs eta > 0, got {eta}")
-  for ts in lists:
-    if ts.ndim != 1 or len(ts) < 2 or ts[-1] != schedule.num_steps:
-      raise ValueError(f"timesteps must be [K >= 2] ending at N = {schedule.num_steps}, got "
-                       f"{ts}")
+  decoder_vars = _check_sequences(lists, decoder_vars, settings.eta, schedule.num_steps)
   axes = tuple(range(1, x0.ndim))
   abar_n = jnp.asarray(schedule.abar)[schedule.num_steps]
   prior = jnp.sum(_gauss_kl(jnp.sqrt(abar_n) * x0, 1.0 - abar_n, 0.0, 1.0), axis=axes)
 
   key_trans, key_dec = jax.random.split(key)
-  ts = jnp.asarray(np.concatenate([t[::-1][:-1] for t in lists]))
-  ss = jnp.asarray(np.concatenate([t[::-1][1:] for t in lists]))
-  keys = jnp.concatenate([jax.random.split(key_trans, len(t) - 1) for t in lists])
-
-  def transition(inputs):
-    t, s, k = inputs
-    noise = prng.normal(k, x0.shape, x0.dtype)
-    tb = jnp.full((x0.shape[0],), t)
-    x_t = q_sample(schedule, x0, tb, noise)
-    eps_hat, x0_cov = predict(x_t, t)
-    coef = step_coefficients(schedule, t, s, eta)
-    x0_hat, _ = predict_x0(schedule, x_t, t, eps_hat, clip_x0)
-    var_p = coef.lam2 + jnp.square(coef.cov_coef) * x0_cov
-    var_p = jnp.broadcast_to(var_p, x0.shape)
-    diff = coef.cov_coef * (x0 - x0_hat)
-    return jnp.sum(_gauss_kl(diff, coef.lam2, 0.0, var_p), axis=axes)
-
-  trans = jax.lax.map(transition, (ts, ss, keys))
+  trans = _transition_terms(predict, schedule, lists, x0, key_trans, settings)
 
   noise = prng.normal(key_dec, x0.shape, x0.dtype)
   first = {}  # first timestep -> (x0_hat, x0_cov): one network call each
   for t0 in sorted({int(t[0]) for t in lists}):
     x_1 = q_sample(schedule, x0, jnp.full((x0.shape[0],), t0), noise)
     eps_hat, x0_cov = predict(x_1, jnp.asarray(t0))
-    first[t0] = (predict_x0(schedule, x_1, jnp.asarray(t0), eps_hat, clip_x0)[0], x0_cov)
+    first[t0] = (predict_x0(schedule, x_1, jnp.asarray(t0), eps_hat, settings.clip_x0)[0],
+                 x0_cov)
 
   out, offset = [], 0
   for seq, decoder_var in zip(lists, decoder_vars):
     x0_hat, x0_cov = first[int(seq[0])]
-    if decoder_var is None:
-      var = x0_cov
-    else:  # NaN means "no override", so one compiled program serves every method.
-      decoder_var = jnp.asarray(decoder_var, x0.dtype)
-      var = jnp.where(jnp.isnan(decoder_var), x0_cov, decoder_var)
-    # A method whose x0-covariance hits its clip at 0 would give log(0); the floor keeps the
-    # bound finite (and huge), so such a failure shows as a number rather than a NaN.
-    var = jnp.maximum(jnp.broadcast_to(var, x0.shape), 1e-12)
-    if discrete_decoder:
-      decoder = -jnp.sum(discretized_gaussian_log_prob(x0, x0_hat, var), axis=axes)
-    else:
-      decoder = jnp.sum(0.5 * (jnp.log(2 * jnp.pi * var) + jnp.square(x0 - x0_hat) / var),
-                        axis=axes)
+    decoder = _decoder_term(x0, x0_hat, x0_cov, decoder_var, settings.discrete_decoder)
     num = len(seq) - 1
     terms = jnp.concatenate([prior[None], trans[offset:offset + num], decoder[None]], axis=0)
     offset += num

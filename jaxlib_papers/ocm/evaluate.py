@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -46,6 +46,102 @@ def mmd_bandwidths(reference: np.ndarray) -> np.ndarray:
   return np.sqrt(np.median(d2[np.triu_indices(len(ref), 1)])) * np.array([0.5, 1.0, 2.0])
 
 
+class _Setup(NamedTuple):
+  """What every part of one evaluation shares."""
+  names: tuple[str, ...]                                # the evaluated methods
+  predict: Callable[[Array, Array, Array], Any]         # (x_t, t, method index) -> ...
+  schedule: diffusion.Schedule
+  bound: diffusion.BoundSettings
+  dim: int                                              # data dimension (per-dim nats)
+
+
+class _Quality(NamedTuple):
+  """The sample-quality settings: samplers' eta, the MMD reference, the FID hook."""
+  eta: float
+  ddim_eta: float
+  reference: np.ndarray | None
+  bandwidths: Array | None
+  fid_fn: Callable[[np.ndarray], float] | None
+
+
+def _method_names(methods: kernel.Methods, ev) -> tuple[str, ...]:
+  names = tuple(ev.methods)
+  if "exact" in names and methods.oracle is None:
+    names = tuple(n for n in names if n != "exact")
+  unknown = [n for n in names if n not in covariance.METHODS]
+  if unknown:
+    raise ValueError(f"config.eval.methods: unknown {unknown}; expected {covariance.METHODS}")
+  return names
+
+
+def _bounds(setup: _Setup, all_ts: list[np.ndarray], eval_data: Array, key: Array,
+            decoder: str) -> dict[str, list[tuple[Array, Array]]]:
+  """{method: [(summed bound [], mean terms [K + 1]) per K]} (host arrays, nats)."""
+  if decoder not in ("official", "method"):
+    raise ValueError(f"config.eval.decoder must be 'official' or 'method', got {decoder!r}")
+  schedule, predict = setup.schedule, setup.predict
+  official_var = diffusion.official_decoder_var(schedule)
+
+  # One NELBO program for every K (diffusion.nelbo_many: each K gets the draws nelbo gives
+  # it alone) and every method (idx switches the predictor), so the evaluation compiles one
+  # bound per data set instead of one per K.
+  @jax.jit
+  def nelbo_fn(idx, x0, k, decoder_vars):
+    bounds = diffusion.nelbo_many(lambda x, t: predict(x, t, idx), schedule, all_ts, x0, k,
+                                  decoder_vars=list(decoder_vars), settings=setup.bound)
+    return [(jnp.mean(bound), jnp.mean(terms, axis=1)) for bound, terms in bounds]
+
+  bounds = {}
+  for idx, name in enumerate(setup.names):
+    if decoder == "official":  # tilde_beta(1, 2) for every method (official likelihood.py)
+      dvs = [official_var] * len(all_ts)
+    elif name == "beta_tilde":
+      dvs = [diffusion.beta_tilde_decoder_var(schedule, ts) for ts in all_ts]
+    else:
+      dvs = [math.nan] * len(all_ts)
+    bounds[name] = jax.device_get(nelbo_fn(idx, eval_data, key, jnp.asarray(dvs)))
+  return bounds
+
+
+def _nelbo_rows(setup: _Setup, bounds: dict, i: int, is_image: bool
+                ) -> tuple[dict[str, float], dict[str, list[float]], dict[str, float]]:
+  """The ``i``-th K's NELBO, per-term NELBO (nats/dim) and bits/dim (images) per method."""
+  nel, terms, bpd = {}, {}, {}
+  for name in setup.names:
+    total, per_term = bounds[name][i]
+    total = float(total)
+    nel[name] = total / setup.dim
+    terms[name] = [float(v) / setup.dim for v in np.asarray(per_term)]
+    if is_image:  # the discretised decoder makes the bound a bound on -log P(8-bit image)
+      bpd[name] = total / setup.dim / math.log(2.0)
+  return nel, terms, bpd
+
+
+def _sample_rows(setup: _Setup, quality: _Quality, ts: np.ndarray, x_T: Array, key: Array,
+                 first: bool) -> tuple[dict[str, float], ...]:
+  """MMD (DDPM), MMD (DDIM, at the first quality K only), FID and samples per method."""
+  predict = setup.predict
+
+  @jax.jit
+  def sample_fn(idx, x_T, k, eta):
+    return diffusion.sample(lambda x, t: predict(x, t, idx), setup.schedule, ts, x_T, k,
+                            eta=eta, clip_x0=setup.bound.clip_x0)
+
+  mmd, mmd_ddim, fid, kept = {}, {}, {}, {}
+  for idx, name in enumerate(setup.names):
+    samples = sample_fn(idx, x_T, key, quality.eta)
+    if quality.reference is not None:
+      mmd[name] = float(sample_mmd(samples, quality.reference, quality.bandwidths))
+      if first:  # DDIM row and plots at the first K only
+        samples_ddim = sample_fn(idx, x_T, key, quality.ddim_eta)
+        mmd_ddim[name] = float(sample_mmd(samples_ddim, quality.reference,
+                                          quality.bandwidths))
+        kept[name] = np.asarray(samples)
+    if quality.fid_fn is not None:
+      fid[name] = float(quality.fid_fn(np.asarray(samples)))
+  return mmd, mmd_ddim, fid, kept
+
+
 def evaluate(methods: kernel.Methods, schedule: diffusion.Schedule, config, *,
              eval_data: np.ndarray, reference: np.ndarray | None, key: Array,
              fid_fn: Callable[[np.ndarray], float] | None = None,
@@ -60,90 +156,43 @@ def evaluate(methods: kernel.Methods, schedule: diffusion.Schedule, config, *,
     fid_fn: images -> FID (pluggable; no weights are downloaded here).
 
   Returns:
-    {"nelbo": {K: {method: nats/dim}}, "bpd": ... (images), "mmd" / "fid": {K: {method}},
-     "mmd_ddim": {K: {method}}, "head_error": {t: {method: mean sq. error in h-space}},
-     "samples": {K: {method: np.ndarray}} (vectors, first K only)}.
+    {"methods": [names], "nelbo": {K: {method: nats/dim}}, "terms": {K: {method: [K + 1]}},
+     "bpd": ... (images), "mmd" / "fid": {K: {method}}, "mmd_ddim": {K: {method}},
+     "head_error": {t: {method: mean sq. error in h-space}},
+     "samples": {K: {method: np.ndarray}} (vectors, first quality K only)}.
   """
   ev = config.eval
-  names = tuple(ev.methods)
-  if "exact" in names and methods.oracle is None:
-    names = tuple(n for n in names if n != "exact")
-  unknown = [n for n in names if n not in covariance.METHODS]
-  if unknown:
-    raise ValueError(f"config.eval.methods: unknown {unknown}; expected {covariance.METHODS}")
-  predict = multi_predictor(methods, names, schedule)
+  names = _method_names(methods, ev)
   clip_x0 = float(ev.clip_x0) if ev.clip_x0 > 0 else None
   dim = int(np.prod(eval_data.shape[1:]))
   eval_data = jnp.asarray(eval_data[:ev.num_nelbo])
   out: dict[str, Any] = {"methods": list(names), "nelbo": {}, "mmd": {}, "mmd_ddim": {},
-                         "fid": {}, "bpd": {}, "head_error": {}, "samples": {}}
+                         "fid": {}, "bpd": {}, "head_error": {}, "samples": {}, "terms": {}}
   is_image = eval_data.ndim == 4
   bandwidths = None if reference is None else jnp.asarray(mmd_bandwidths(reference))
   k_nelbo, k_sample, k_noise, k_err = jax.random.split(key, 4)
-  decoder = ev.get("decoder", "official")
-  if decoder not in ("official", "method"):
-    raise ValueError(f"config.eval.decoder must be 'official' or 'method', got {decoder!r}")
   quality_steps = tuple(ev.get("quality_steps", ev.sample_steps))
-  out["terms"] = {}
-
   steps = [int(k) for k in ev.sample_steps]
   all_ts = [diffusion.skip_timesteps(k, schedule.num_steps) for k in steps]
-  official_var = diffusion.official_decoder_var(schedule)
-
-  # One NELBO program for every K (diffusion.nelbo_many: each K gets the draws nelbo gives
-  # it alone) and every method (idx switches the predictor), so the evaluation compiles one
-  # bound per data set instead of one per K.
-  @jax.jit
-  def nelbo_fn(idx, x0, k, decoder_vars):
-    bounds = diffusion.nelbo_many(lambda x, t: predict(x, t, idx), schedule, all_ts, x0, k,
-                                  eta=ev.eta, decoder_vars=list(decoder_vars),
-                                  clip_x0=clip_x0, discrete_decoder=is_image)
-    return [(jnp.mean(bound), jnp.mean(terms, axis=1)) for bound, terms in bounds]
-
-  bounds = {}
-  for idx, name in enumerate(names):
-    if decoder == "official":  # tilde_beta(1, 2) for every method (official likelihood.py)
-      dvs = [official_var] * len(steps)
-    elif name == "beta_tilde":
-      dvs = [diffusion.beta_tilde_decoder_var(schedule, ts) for ts in all_ts]
-    else:
-      dvs = [math.nan] * len(steps)
-    bounds[name] = jax.device_get(nelbo_fn(idx, eval_data, k_nelbo, jnp.asarray(dvs)))
+  setup = _Setup(names, multi_predictor(methods, names, schedule), schedule,
+                 diffusion.BoundSettings(ev.eta, clip_x0, is_image), dim)
+  quality = _Quality(ev.eta, ev.ddim_eta, reference, bandwidths, fid_fn)
+  bounds = _bounds(setup, all_ts, eval_data, k_nelbo, ev.get("decoder", "official"))
 
   x_T = prng.normal(k_noise, (ev.num_samples, *eval_data.shape[1:]), eval_data.dtype)
   for i, (num_k, ts) in enumerate(zip(steps, all_ts)):
-
-    @jax.jit
-    def sample_fn(idx, x_T, k, eta, ts=ts):
-      return diffusion.sample(lambda x, t: predict(x, t, idx), schedule, ts, x_T, k,
-                              eta=eta, clip_x0=clip_x0)
-
-    nel, mmd, mmd_ddim, fid, bpd = {}, {}, {}, {}, {}
-
-    terms = {}
-    for idx, name in enumerate(names):
-      total, per_term = bounds[name][i]
-      total = float(total)
-      nel[name] = total / dim
-      terms[name] = [float(v) / dim for v in np.asarray(per_term)]
-      if is_image:  # the discretised decoder makes the bound a bound on -log P(8-bit image)
-        bpd[name] = total / dim / math.log(2.0)
-      if num_k in quality_steps:
-        samples = sample_fn(idx, x_T, k_sample, ev.eta)
-        if reference is not None:
-          mmd[name] = float(sample_mmd(samples, reference, bandwidths))
-          if num_k == quality_steps[0]:  # DDIM row and plots at the first K only
-            samples_ddim = sample_fn(idx, x_T, k_sample, ev.ddim_eta)
-            mmd_ddim[name] = float(sample_mmd(samples_ddim, reference, bandwidths))
-            out["samples"].setdefault(num_k, {})[name] = np.asarray(samples)
-        if fid_fn is not None:
-          fid[name] = float(fid_fn(np.asarray(samples)))
-      if verbose:
+    nel, out["terms"][num_k], bpd = _nelbo_rows(setup, bounds, i, is_image)
+    mmd, mmd_ddim, fid = {}, {}, {}
+    if num_k in quality_steps:
+      mmd, mmd_ddim, fid, kept = _sample_rows(setup, quality, ts, x_T, k_sample,
+                                              num_k == quality_steps[0])
+      if kept:
+        out["samples"][num_k] = kept
+    if verbose:
+      for name in names:
         print(f"[ocm eval] K={num_k} {name:>10s}: NELBO {nel[name]:.4f} nats/dim"
               + (f", MMD {mmd[name]:.2e}" if name in mmd else ""), flush=True)
-
     out["nelbo"][num_k] = nel
-    out["terms"][num_k] = terms
     for field, value in (("mmd", mmd), ("mmd_ddim", mmd_ddim), ("fid", fid), ("bpd", bpd)):
       if value:
         out[field][num_k] = value

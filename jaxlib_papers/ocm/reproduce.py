@@ -27,56 +27,38 @@ PAPER_FID = "CIFAR-10 FID K=10 (cosine, DDPM): OCM 14.32, SN 16.33, NPR 19.94, A
 PROTOTYPE = "8-mode prototype K=10: beta 0.80, Analytic 0.63, OCM 0.56, exact 0.55 nats/dim"
 
 
-def _table(results: dict, dataset: str) -> str:
+def _table(result, dataset: str) -> str:
+  """The markdown tables of one data set's :class:`train.Result`."""
   lines = [f"## {dataset}", "", "NELBO (nats/dim), DDPM sampler:", "",
-           "| method | " + " | ".join(f"K={k}" for k in results["nelbo"]) + " |",
-           "|---|" + "---|" * len(results["nelbo"])]
-  for name in results["methods"]:
+           "| method | " + " | ".join(f"K={k}" for k in result.nelbo) + " |",
+           "|---|" + "---|" * len(result.nelbo)]
+  for name in result.methods:
     lines.append(f"| {name} | " + " | ".join(
-        f"{results['nelbo'][k][name]:.4f}" for k in results["nelbo"]) + " |")
-  if results.get("terms"):
-    ks = list(results["terms"])
+        f"{result.nelbo[k][name]:.4f}" for k in result.nelbo) + " |")
+  if result.terms:
+    ks = list(result.terms)
     lines += ["", "Last transition t_1 -> 1 (nats/dim; the decoder is shared):", "",
               "| method | " + " | ".join(f"K={k}" for k in ks) + " |", "|---|" + "---|" * len(ks)]
-    for name in results["methods"]:
+    for name in result.methods:
       lines.append(f"| {name} | " + " | ".join(
-          f"{results['terms'][k][name][-2]:.4f}" for k in ks) + " |")
+          f"{result.terms[k][name][-2]:.4f}" for k in ks) + " |")
   for field, title in (("mmd", "MMD^2, DDPM (eta=1)"), ("mmd_ddim", "MMD^2, DDIM (eta=0)")):
-    if not results[field]:
+    table = getattr(result, field)
+    if not table:
       continue
     lines += ["", f"{title}:", "", "| method | " + " | ".join(
-        f"K={k}" for k in results[field]) + " |", "|---|" + "---|" * len(results[field])]
-    for name in results["methods"]:
+        f"K={k}" for k in table) + " |", "|---|" + "---|" * len(table)]
+    for name in result.methods:
       lines.append(f"| {name} | " + " | ".join(
-          f"{results[field][k][name]:.2e}" for k in results[field]) + " |")
-  if results["head_error"]:
-    ts = list(results["head_error"])
+          f"{table[k][name]:.2e}" for k in table) + " |")
+  if result.head_error:
+    ts = list(result.head_error)
     lines += ["", "Head error E||h - sigma^2 diag H||^2 / d:", "",
               "| method | " + " | ".join(f"t={t}" for t in ts) + " |", "|---|" + "---|" * len(ts)]
-    for name in results["head_error"][ts[0]]:
+    for name in result.head_error[ts[0]]:
       lines.append(f"| {name} | " + " | ".join(
-          f"{results['head_error'][t][name]:.2e}" for t in ts) + " |")
+          f"{result.head_error[t][name]:.2e}" for t in ts) + " |")
   return "\n".join(lines) + "\n"
-
-
-def samples_figure(results: dict, dataset: str):
-  """One scatter of dims 0, 1 per method's samples: a ``matplotlib`` Figure, or None when
-  ``results`` holds no samples."""
-  samples = next(iter(results["samples"].values()), {})
-  if not samples:
-    return None
-  names = list(samples)
-  fig, axes = figures.new_figure(1, len(names), size=(2.4, 2.6), squeeze=False)
-  for ax, name in zip(axes[0], names):
-    x = samples[name]
-    ax.scatter(x[:, 0], x[:, 1], s=1, alpha=0.4)
-    ax.set_title(name, fontsize=8)
-    ax.set_xlim(-1.2, 1.2)
-    ax.set_ylim(-1.2, 1.2)
-    ax.set_xticks([])
-    ax.set_yticks([])
-  fig.suptitle(f"{dataset}: K = {next(iter(results['samples']))} samples (dims 0, 1)")
-  return fig
 
 
 # The check's mixtures, fixed before any result was seen (name, config.data overrides).
@@ -92,22 +74,22 @@ MIXTURES = (
 EXACT_GAP = 0.05   # nats/dim
 
 
-def claims_for(results: dict, dataset: str) -> list[Claim]:
-  """The claims from one data set's evaluation results (every K of the NELBO)."""
-  ks = list(results["nelbo"])
+def claims_for(result, dataset: str) -> list[Claim]:
+  """The claims from one data set's :class:`train.Result` (every K of the NELBO)."""
+  ks = list(result.nelbo)
   order = ("beta_tilde", "beta", "analytic", "ocm")
   parts, ordered = [], True
   for k in ks:
-    nel = results["nelbo"][k]
+    nel = result.nelbo[k]
     ordered &= all(nel[a] > nel[b] for a, b in zip(order, order[1:]))
     parts.append(f"K={k}: " + ", ".join(f"{n} {nel[n]:.3f}" for n in order))
   out = [Claim(
       claim=f"{dataset}: NELBO beta~ > beta > Analytic > OCM at K in {ks}",
       paper=f"{PAPER_NLL}; {PROTOTYPE}", ours="; ".join(parts), holds=bool(ordered))]
-  if "exact" in results["nelbo"][ks[0]]:
+  if "exact" in result.nelbo[ks[0]]:
     parts, holds = [], True
     for k in ks:
-      nel = results["nelbo"][k]
+      nel = result.nelbo[k]
       gap = nel["ocm"] - nel["exact"]
       holds &= gap <= EXACT_GAP
       parts.append(f"K={k}: OCM {nel['ocm']:.4f}, exact {nel['exact']:.4f} (gap {gap:+.4f})")
@@ -115,21 +97,21 @@ def claims_for(results: dict, dataset: str) -> list[Claim]:
         claim=f"{dataset}: OCM NELBO within {EXACT_GAP} nats/dim of the exact covariance "
               f"at K in {ks}",
         paper=PROTOTYPE, ours="; ".join(parts), holds=bool(holds)))
-  if results["mmd"]:
-    k10 = 10 if 10 in results["mmd"] else next(iter(results["mmd"]))
-    mmd = results["mmd"][k10]
+  if result.mmd:
+    k10 = 10 if 10 in result.mmd else next(iter(result.mmd))
+    mmd = result.mmd[k10]
     ratio = mmd["ocm"] / max(mmd["beta_tilde"], 1e-12)
     out.append(Claim(
         claim=f"{dataset}: K={k10} sample MMD^2 of OCM <= 0.75 x beta~",
         paper=PAPER_FID, ours=f"OCM {mmd['ocm']:.2e}, beta~ {mmd['beta_tilde']:.2e} "
                               f"(ratio {ratio:.2f})",
         holds=bool(ratio <= 0.75)))
-  if results["head_error"]:
+  if result.head_error:
     parts, holds = [], True
-    for t, errs in results["head_error"].items():
+    for t, errs in result.head_error.items():
       parts.append(f"t={t}: OCM {errs['ocm']:.2e} vs Analytic {errs['analytic']:.2e}")
       holds &= errs["ocm"] < errs["analytic"]
-    ts = list(results["head_error"])
+    ts = list(result.head_error)
     out.append(Claim(
         claim=f"{dataset}: OCM head error in h-space below Analytic-DPM's at t in {ts}",
         paper="OCM's diagonal beats Analytic-DPM's scalar (paper Table 1 ordering)",
@@ -150,20 +132,21 @@ def mixture_config(preset: str, seed: int, overrides: dict):
 
 @register("ocm", cpu_seconds=326)
 def check(ctx: Context) -> list[Claim]:
-  from jaxlib_papers.ocm import train  # pylint: disable=g-import-not-at-top
+  from jaxlib_papers.ocm import plotting, train  # pylint: disable=g-import-not-at-top
   mixtures = MIXTURES[:1] if ctx.preset == "smoke" else MIXTURES
   claims: list[Claim] = []
   report = []
   for i, (dataset, overrides) in enumerate(mixtures):
     config = mixture_config(ctx.preset, ctx.seed, overrides)
-    results = train.run(config, None, verbose=False)
+    result = train.run(config, None, verbose=False)
     ctx.progress(f"{dataset}: trained and evaluated (mixture {i + 1}/{len(mixtures)})")
-    claims += claims_for(results, dataset)
-    report.append(_table(results, dataset))
-    fig = samples_figure(results, dataset)
+    claims += claims_for(result, dataset)
+    report.append(_table(result, dataset))
+    fig = plotting.samples_figure(result, dataset)
     if fig is not None:
       figures.save(fig, ctx.report_dir / f"ocm_{dataset}_samples.png")
-    summary = {k: results[k] for k in ("nelbo", "terms", "mmd", "mmd_ddim", "head_error")}
+    summary = {k: getattr(result, k)
+               for k in ("nelbo", "terms", "mmd", "mmd_ddim", "head_error")}
     (ctx.report_dir / f"ocm_{dataset}.json").write_text(json.dumps(
         summary, indent=1, sort_keys=True, default=float))
   (ctx.report_dir / "ocm_tables.md").write_text("\n".join(report))

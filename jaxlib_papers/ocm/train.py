@@ -1,16 +1,18 @@
 """``run(config, workdir)``: DSM backbone -> covariance heads -> evaluation of every method.
 
-Stage 1 (``workdir/dsm``) trains the eps network; stage 2 (``workdir/heads``) trains the OCM,
-SN-DPM and NPR-DPM heads on the frozen EMA backbone; then the Analytic-DPM table is estimated
-and every method is evaluated (K-step NELBO, samples, head error). Each stage resumes from
-its own checkpoints.
+Two stages (``core.stages``): ``dsm`` (``workdir/dsm``) trains the eps network; ``heads``
+(``workdir/heads``) trains the OCM, SN-DPM and NPR-DPM heads on the frozen EMA backbone;
+then the Analytic-DPM table is estimated and every method is evaluated (K-step NELBO,
+samples, head error). Each stage resumes from its own checkpoints. ``run`` returns a
+:class:`Result`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -18,21 +20,80 @@ import ml_collections
 import numpy as np
 import optax
 
-from jaxlib_papers.core import config as config_lib
-from jaxlib_papers.core import train_loop, writers
+from jaxlib_papers.core import contract, results, stages
 from jaxlib_papers.ocm import data as data_lib
 from jaxlib_papers.ocm import diffusion, evaluate, gmm, kernel, models
 
-
-def _optimizer(lr: float, warmup: int, total: int, grad_clip: float):
-  warmup = max(1, min(int(warmup), max(total - 1, 1)))
-  schedule = optax.warmup_cosine_decay_schedule(0.0, lr, warmup, max(total, warmup + 1),
-                                                end_value=0.1 * lr)
-  return optax.chain(optax.clip_by_global_norm(grad_clip), optax.adam(schedule))
+# The config groups each stage depends on (its resume fingerprint). ``dsm_steps`` makes the
+# heads depend on how long the backbone they sit on was trained.
+DSM_GROUPS = ("data", "schedule", "model", "dsm")
+HEAD_GROUPS = ("data", "schedule", "model", "dsm", "heads", "dsm_steps")
 
 
-def _chunk(source: Callable[[int], np.ndarray], steps_per_call: int, batch_size: int):
-  """data(call) -> [B, chunk, ...]: the chunk axis second so the batch axis stays sharded."""
+class Optim(NamedTuple):
+  """Clipped Adam on a warmup-cosine learning rate."""
+  lr: float
+  warmup_steps: int
+  total_steps: int      # optimiser steps of the stage (the cosine's length)
+  grad_clip: float
+
+
+class StageSettings(NamedTuple):
+  """One training stage's loop: its batches and optimiser."""
+  num_steps: int        # optimiser steps
+  steps_per_call: int   # optimiser steps per compiled call (one lax.scan)
+  batch_size: int
+  data_seed: int
+  optim: Optim
+
+
+class Settings(NamedTuple):
+  """The training program of a config (:func:`settings_from_config`)."""
+  dsm: kernel.DSMSettings
+  heads: kernel.HeadSettings
+  dsm_stage: StageSettings
+  head_stage: StageSettings
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+  """What :func:`run` returns; ``results.json`` holds every field but the in-memory ones.
+
+  The evaluation fields are empty when ``run(..., evaluate_methods=False)``; they are keyed
+  by K (``nelbo[K][method]`` in nats/dim) or by t (``head_error[t][method]``).
+  """
+  dsm_history: list[dict[str, float]]    # the DSM stage's loop rows (empty when skipped)
+  head_history: list[dict[str, float]]   # the heads stage's loop rows
+  methods: list[str] = dataclasses.field(default_factory=list)  # the evaluated methods
+  nelbo: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
+  terms: dict[int, dict[str, list[float]]] = dataclasses.field(default_factory=dict)
+  mmd: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
+  mmd_ddim: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
+  fid: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
+  bpd: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
+  head_error: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
+  samples: dict[int, dict[str, np.ndarray]] = results.in_memory()  # first quality K only
+  backbone: Any = results.in_memory()      # trained (EMA) eps-network params
+  head_params: Any = results.in_memory()   # {head name: EMA head params}
+  gamma: Any = results.in_memory()         # [N + 1] Analytic-DPM table (None without it)
+  trained: Any = results.in_memory()       # the kernel.Methods evaluated
+  model: Any = results.in_memory()
+  head_model: Any = results.in_memory()
+  schedule: Any = results.in_memory()
+  mixture: Any = results.in_memory()       # gmm.GaussianMixture (vector data) or None
+
+
+def _optimizer(optim: Optim) -> optax.GradientTransformation:
+  total = optim.total_steps
+  warmup = max(1, min(int(optim.warmup_steps), max(total - 1, 1)))
+  schedule = optax.warmup_cosine_decay_schedule(0.0, optim.lr, warmup, max(total, warmup + 1),
+                                                end_value=0.1 * optim.lr)
+  return optax.chain(optax.clip_by_global_norm(optim.grad_clip), optax.adam(schedule))
+
+
+def _chunk(source: Callable[[int], np.ndarray], steps_per_call: int):
+  """data(call) -> [B, steps_per_call, ...]: the step axis second so the batch axis stays
+  sharded ([B, ...] for one step per call)."""
   if steps_per_call == 1:
     return source
 
@@ -40,60 +101,162 @@ def _chunk(source: Callable[[int], np.ndarray], steps_per_call: int, batch_size:
     parts = [source(call * steps_per_call + i) for i in range(steps_per_call)]
     return np.stack(parts, axis=1)
 
-  del batch_size
   return data
 
 
-def build(config: ml_collections.ConfigDict):
+def _vector_parts(config: ml_collections.ConfigDict, schedule: diffusion.Schedule
+                  ) -> dict[str, Any]:
+  m = config.model
+  if m.kind != "mlp":
+    raise ValueError(f"config.model.kind must be 'mlp' for vector data {config.data.name!r}, "
+                     f"got {m.kind!r}")
+  mix = data_lib.make_mixture(config)
+  rng = np.random.default_rng(config.eval.seed + 12345)
+  eval_data = data_lib.sample_mixture_numpy(mix, rng, config.eval.num_nelbo)
+  reference = data_lib.sample_mixture_numpy(mix, rng, config.eval.num_samples)
+  return dict(
+      eval_data=eval_data, reference=reference, oracle=gmm.GMMOracle(mix, schedule.abar),
+      model=models.MLPBackbone(width=m.width, depth=m.depth, time_embed_dim=m.time_embed_dim),
+      head_model=models.VectorHead(out_dim=mix.dim, hidden=(m.head_hidden,) * m.head_depth),
+      make_source=lambda batch, seed: data_lib.mixture_source(mix, batch, seed),
+      mixture=mix, shape=(mix.dim,))
+
+
+def _image_parts(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  name, m = config.data.name, config.model
+  if m.kind != "unet":
+    raise ValueError(f"config.model.kind must be 'unet' for images, got {m.kind!r}")
+  if name == "cifar10":
+    limit = None if config.data.train_limit < 0 else config.data.train_limit
+    images = data_lib.load_cifar10("train", limit)
+    eval_data = data_lib.load_cifar10(config.data.eval_split, config.eval.num_nelbo)
+  else:  # digits: 8x8 grey images shipped with scikit-learn (the cpu-size image path)
+    images = data_lib.load_digits("train")
+    eval_data = data_lib.load_digits("test")[:config.eval.num_nelbo]
+  flip = name == "cifar10"  # digits are not mirror-symmetric
+  return dict(
+      eval_data=eval_data, reference=None, oracle=None, mixture=None,
+      model=models.UNet(base_channels=m.base_channels, channel_mults=tuple(m.channel_mults),
+                        blocks_per_level=m.blocks_per_level),
+      head_model=models.ImageHead(out_channels=images.shape[-1], hidden=m.head_hidden),
+      make_source=lambda batch, seed: data_lib.image_source(images, batch, seed, flip=flip),
+      shape=images.shape[1:])
+
+
+def build(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """Schedule, networks and data of ``config`` (no training).
 
   Returns:
-    dict with schedule, model, head_model, train_source (data(step) -> [B, ...] for
-    batch size 1 call of one step; use make_source), eval_data, reference, oracle, shape.
+    dict with schedule, model, head_model, make_source ((batch, seed) -> data(step) ->
+    [batch, ...]), eval_data, reference, oracle, mixture, shape.
   """
   schedule = diffusion.make_schedule(config.schedule.kind, config.schedule.num_steps)
   name = config.data.name
-  m = config.model
   if name in data_lib.VECTOR_DATASETS:
-    if m.kind != "mlp":
-      raise ValueError(f"config.model.kind must be 'mlp' for vector data {name!r}, got {m.kind!r}")
-    mix = data_lib.make_mixture(config)
-    rng = np.random.default_rng(config.eval.seed + 12345)
-    eval_data = data_lib.sample_mixture_numpy(mix, rng, config.eval.num_nelbo)
-    reference = data_lib.sample_mixture_numpy(mix, rng, config.eval.num_samples)
-    oracle = gmm.GMMOracle(mix, schedule.abar)
-    model = models.MLPBackbone(width=m.width, depth=m.depth, time_embed_dim=m.time_embed_dim)
-    head_model = models.VectorHead(out_dim=mix.dim, hidden=(m.head_hidden,) * m.head_depth)
-    make_source = lambda batch, seed: data_lib.mixture_source(mix, batch, seed)
-    shape = (mix.dim,)
+    parts = _vector_parts(config, schedule)
   elif name in data_lib.IMAGE_DATASETS:
-    if m.kind != "unet":
-      raise ValueError(f"config.model.kind must be 'unet' for images, got {m.kind!r}")
-    if name == "cifar10":
-      limit = None if config.data.train_limit < 0 else config.data.train_limit
-      images = data_lib.load_cifar10("train", limit)
-      eval_data = data_lib.load_cifar10(config.data.eval_split, config.eval.num_nelbo)
-    else:  # digits: 8x8 grey images shipped with scikit-learn (the cpu-size image path)
-      images = data_lib.load_digits("train")
-      eval_data = data_lib.load_digits("test")[:config.eval.num_nelbo]
-    reference, oracle, mix = None, None, None
-    model = models.UNet(base_channels=m.base_channels, channel_mults=tuple(m.channel_mults),
-                        blocks_per_level=m.blocks_per_level)
-    head_model = models.ImageHead(out_channels=images.shape[-1], hidden=m.head_hidden)
-    flip = name == "cifar10"  # digits are not mirror-symmetric
-    make_source = lambda batch, seed: data_lib.image_source(images, batch, seed, flip=flip)
-    shape = images.shape[1:]
+    parts = _image_parts(config)
   else:
     raise ValueError(f"config.data.name must be one of "
                      f"{data_lib.VECTOR_DATASETS + data_lib.IMAGE_DATASETS}, got {name!r}")
-  return dict(schedule=schedule, model=model, head_model=head_model, make_source=make_source,
-              eval_data=eval_data, reference=reference, oracle=oracle, mixture=mix, shape=shape)
+  return dict(schedule=schedule, **parts)
+
+
+def settings_from_config(config: ml_collections.ConfigDict, parts: dict[str, Any]
+                         ) -> Settings:
+  """The training program's settings, read once from ``config`` (and ``build``'s parts).
+
+  ``loop.num_steps`` / ``head_loop.num_steps`` count optimiser steps.
+  """
+  d, h = config.dsm, config.heads
+  dsm_steps, head_steps = int(config.loop.num_steps), int(config.head_loop.num_steps)
+  return Settings(
+      dsm=kernel.DSMSettings(parts["model"], parts["schedule"], d.ema_decay),
+      heads=kernel.HeadSettings(
+          parts["model"], parts["head_model"], parts["schedule"], heads=tuple(h.names),
+          num_probes=h.num_probes, ema_decay=h.ema_decay, param=h.param, loss=h.loss),
+      dsm_stage=StageSettings(dsm_steps, int(d.steps_per_call), d.batch_size, config.seed,
+                              Optim(d.lr, d.warmup_steps, dsm_steps, d.grad_clip)),
+      head_stage=StageSettings(head_steps, int(h.steps_per_call), h.batch_size,
+                               config.seed + 1, Optim(h.lr, h.warmup_steps, head_steps, 1.0)))
+
+
+def _kernels(settings: Settings, example_x: jax.Array
+             ) -> tuple[contract.TrainKernel, Callable[[Any], contract.TrainKernel]]:
+  """The DSM kernel and ``backbone -> head kernel``."""
+  s = settings.dsm
+  dsm = kernel.make_dsm_kernel(s.model, s.schedule, _optimizer(settings.dsm_stage.optim),
+                               example_x, ema_decay=s.ema_decay,
+                               steps_per_call=settings.dsm_stage.steps_per_call)
+  heads = lambda backbone: kernel.make_head_kernel(
+      settings.heads, _optimizer(settings.head_stage.optim), example_x, backbone,
+      steps_per_call=settings.head_stage.steps_per_call)
+  return dsm, heads
+
+
+def _stage(name: str, make_kernel, stage: StageSettings, make_source, **fields
+           ) -> stages.Stage:
+  data = _chunk(make_source(stage.batch_size, stage.data_seed), stage.steps_per_call)
+  return stages.Stage(name, make_kernel, stage.num_steps, stage.steps_per_call, data,
+                      carry=lambda state: jax.device_get(state.ema_params), **fields)
+
+
+def _untrained(train_kernel: contract.TrainKernel, seed: int) -> Any:
+  """The initial EMA params of a stage of 0 steps (which ``run_stages`` skips)."""
+  return jax.device_get(jax.jit(train_kernel.init)(jax.random.key(int(seed))).ema_params)
+
+
+def train(config: ml_collections.ConfigDict, workdir: pathlib.Path | None, parts: dict,
+          *, mesh: jax.sharding.Mesh | None = None, backbone: Any = None
+          ) -> tuple[stages.StagesResult, Any, Any]:
+  """Runs the two stages; returns (their result, backbone, head params), params on host."""
+  settings = settings_from_config(config, parts)
+  dsm_kernel, head_kernel = _kernels(settings, jnp.zeros((2, *parts["shape"]), jnp.float32))
+  staged = config.copy_and_resolve_references()
+  staged.dsm_steps = settings.dsm_stage.num_steps
+  program = (
+      _stage("dsm", lambda _: dsm_kernel,
+             settings.dsm_stage._replace(num_steps=0 if backbone is not None
+                                         else settings.dsm_stage.num_steps),
+             parts["make_source"], groups=DSM_GROUPS),
+      _stage("heads", head_kernel, settings.head_stage, parts["make_source"],
+             groups=HEAD_GROUPS, loop=config.head_loop.to_dict()),
+  )
+  initial = backbone
+  if initial is None and not settings.dsm_stage.num_steps:
+    initial = _untrained(dsm_kernel, config.seed)
+  out = stages.run_stages(program, staged, workdir, initial=initial, mesh=mesh, name="ocm")
+  backbone = (jax.device_get(out.states["dsm"].ema_params) if "dsm" in out.states
+              else initial)
+  head_params = (out.carried if "heads" in out.states
+                 else _untrained(head_kernel(backbone), config.seed))
+  return out, backbone, head_params
+
+
+def _evaluate(config: ml_collections.ConfigDict, parts: dict, backbone: Any, head_params: Any,
+              fid_fn: Callable[[np.ndarray], float] | None, verbose: bool
+              ) -> tuple[kernel.Methods, dict[str, Any]]:
+  """The Analytic-DPM table, then every method's evaluation (``evaluate.evaluate``)."""
+  schedule, model = parts["schedule"], parts["model"]
+  k_gamma, k_eval = jax.random.split(jax.random.key(config.eval.seed))
+  gamma = None
+  if "analytic" in config.eval.methods:
+    gamma_ts = evaluate.gamma_timesteps(config, schedule.num_steps)
+    gamma_data = jnp.asarray(parts["eval_data"][:config.eval.analytic_samples])
+    gamma = jax.jit(lambda x, k: kernel.analytic_gamma(model, backbone, schedule, x, k,
+                                                       gamma_ts))(gamma_data, k_gamma)
+  methods = kernel.Methods(model=model, backbone=backbone, head_model=parts["head_model"],
+                           head_params=head_params, gamma=gamma, oracle=parts["oracle"],
+                           max_var=config.eval.max_var, head_param=config.heads.param)
+  return methods, evaluate.evaluate(
+      methods, schedule, config, eval_data=parts["eval_data"], reference=parts["reference"],
+      key=k_eval, fid_fn=fid_fn, verbose=verbose)
 
 
 def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = None, *,
         fid_fn: Callable[[np.ndarray], float] | None = None, evaluate_methods: bool = True,
         verbose: bool | None = None, mesh: jax.sharding.Mesh | None = None,
-        backbone: Any = None) -> dict[str, Any]:
+        backbone: Any = None) -> Result:
   """Trains the backbone and the heads, then evaluates every covariance method.
 
   Args:
@@ -101,82 +264,29 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
     workdir: folder for checkpoints / metrics / ``results.json``; None runs in memory.
     fid_fn: optional ``images [n, H, W, C] in [-1, 1] -> FID`` (image data only).
     evaluate_methods: False stops after training (benchmarks, tests of the training path).
+    verbose: print the evaluation's rows (default: unless ``loop.quiet``).
     mesh: the training mesh (default: every device).
-    backbone: trained eps-network params (e.g. ``run(...)["backbone"]`` of a run with the
+    backbone: trained eps-network params (e.g. ``run(...).backbone`` of a run with the
       same data / schedule / model / dsm config): skips the DSM stage, so several head
       settings share one backbone.
 
   Returns:
-    dict with "dsm_history", "head_history", "backbone", "head_params", "gamma", "trained"
-    (the :class:`kernel.Methods` of the run) and the
-    :func:`evaluate.evaluate` results.
+    A :class:`Result`.
   """
   parts = build(config)
-  schedule, model, head_model = parts["schedule"], parts["model"], parts["head_model"]
   verbose = (not config.loop.get("quiet", False)) if verbose is None else verbose
   workdir = None if workdir is None else pathlib.Path(workdir)
-  example_x = jnp.zeros((2, *parts["shape"]), jnp.float32)
-
-  d = config.dsm
-  dsm_total = config.loop.num_steps * d.steps_per_call
-  dsm_kernel = kernel.make_dsm_kernel(
-      model, schedule, _optimizer(d.lr, d.warmup_steps, dsm_total, d.grad_clip), example_x,
-      ema_decay=d.ema_decay)
-  dsm_data = _chunk(parts["make_source"](d.batch_size, config.seed), d.steps_per_call,
-                    d.batch_size)
-  dsm_config = config_lib.stage_config(config, "dsm", groups=("data", "schedule", "model", "dsm"),
-                                       loop=config.loop.to_dict())
-  if backbone is None:
-    dsm = train_loop.run(dsm_kernel, dsm_data, dsm_config,
-                         None if workdir is None else workdir / "dsm", mesh=mesh,
-                         name="ocm/dsm")
-    backbone = jax.device_get(dsm.state.ema_params)
-    dsm_history = dsm.history
-  else:
-    dsm_history = []
-
-  h = config.heads
-  head_total = config.head_loop.num_steps * h.steps_per_call
-  head_kernel = kernel.make_head_kernel(
-      model, head_model, schedule, _optimizer(h.lr, h.warmup_steps, head_total, 1.0),
-      example_x, backbone, heads=tuple(h.names), num_probes=h.num_probes,
-      ema_decay=h.ema_decay, param=h.param, loss=h.loss)
-  head_data = _chunk(parts["make_source"](h.batch_size, config.seed + 1), h.steps_per_call,
-                     h.batch_size)
-  head_config = config_lib.stage_config(
-      config, "heads", groups=("data", "schedule", "model", "dsm", "heads"),
-      loop=config.head_loop.to_dict(), dsm_calls=config.loop.num_steps)
-  heads = train_loop.run(head_kernel, head_data, head_config,
-                         None if workdir is None else workdir / "heads", mesh=mesh,
-                         name="ocm/heads")
-  head_params = jax.device_get(heads.state.ema_params)
-
-  result: dict[str, Any] = {
-      "dsm_history": dsm_history, "head_history": heads.history,
-      "backbone": backbone, "head_params": head_params, "model": model,
-      "head_model": head_model, "schedule": schedule, "mixture": parts["mixture"],
-  }
-  if not evaluate_methods:
-    return result
-
-  key = jax.random.key(config.eval.seed)
-  k_gamma, k_eval = jax.random.split(key)
-  gamma = None
-  if "analytic" in config.eval.methods:
-    gamma_ts = evaluate.gamma_timesteps(config, schedule.num_steps)
-    gamma_data = jnp.asarray(parts["eval_data"][:config.eval.analytic_samples])
-    gamma = jax.jit(lambda x, k: kernel.analytic_gamma(model, backbone, schedule, x, k,
-                                                       gamma_ts))(gamma_data, k_gamma)
-  methods = kernel.Methods(model=model, backbone=backbone, head_model=head_model,
-                           head_params=head_params, gamma=gamma, oracle=parts["oracle"],
-                           max_var=config.eval.max_var, head_param=h.param)
-  result["gamma"] = None if gamma is None else np.asarray(gamma)
-  result["trained"] = methods
-  result.update(evaluate.evaluate(methods, schedule, config, eval_data=parts["eval_data"],
-                                  reference=parts["reference"], key=k_eval, fid_fn=fid_fn,
-                                  verbose=verbose))
+  out, backbone, head_params = train(config, workdir, parts, mesh=mesh, backbone=backbone)
+  fields = dict(dsm_history=out.histories.get("dsm", []),
+                head_history=out.histories.get("heads", []), backbone=backbone,
+                head_params=head_params, model=parts["model"],
+                head_model=parts["head_model"], schedule=parts["schedule"],
+                mixture=parts["mixture"])
+  if evaluate_methods:
+    methods, evaluation = _evaluate(config, parts, backbone, head_params, fid_fn, verbose)
+    fields.update(evaluation, trained=methods,
+                  gamma=None if methods.gamma is None else np.asarray(methods.gamma))
+  result = Result(**fields)
   if workdir is not None and jax.process_index() == 0:
-    summary = {k: result[k] for k in ("nelbo", "bpd", "mmd", "mmd_ddim", "fid", "head_error")}
-    writers.write_json(workdir / "results.json", jax.tree.map(float, summary), indent=1,
-                       sort_keys=True, default=str)
+    results.write(result, workdir)
   return result

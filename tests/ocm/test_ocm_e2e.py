@@ -1,6 +1,8 @@
 """End to end: the smoke run (OCM beats DDPM's fixed beta on the NELBO) and the CIFAR-10 path
 (`full` preset code path on tfds mock data at a tiny size)."""
 
+import json
+
 import jax
 import numpy as np
 import tensorflow_datasets as tfds
@@ -17,17 +19,28 @@ def test_smoke_ocm_beats_fixed_beta_on_nelbo(tmp_path):
   config.eval.error_timesteps = ()
   config.eval.num_samples = 256
   config.eval.num_nelbo = 512
-  config.loop.num_steps = 40
-  config.head_loop.num_steps = 20
+  config.loop.num_steps = 400      # optimizer steps (40 calls of 10)
+  config.head_loop.num_steps = 200
   # One device: sharding is tested on the kernels; here 8 fake devices would only add cost.
-  results = train.run(config, tmp_path, mesh=distributed.make_mesh(devices=jax.devices()[:1]))
-  nelbo = results["nelbo"][10]
+  result = train.run(config, tmp_path, mesh=distributed.make_mesh(devices=jax.devices()[:1]))
+  nelbo = result.nelbo[10]
   assert np.isfinite(nelbo["ocm"]) and np.isfinite(nelbo["beta"])
   assert nelbo["ocm"] < nelbo["beta"] - 0.02, nelbo
-  assert (tmp_path / "results.json").is_file()
+  written = json.loads((tmp_path / "results.json").read_text())
+  assert written["nelbo"]["10"]["ocm"] == nelbo["ocm"]
+  assert "backbone" not in written and "samples" not in written  # in memory only
   assert (tmp_path / "dsm" / "metrics.jsonl").is_file()
+  # The loop's rows count optimizer steps: one row per call of 10 steps.
+  assert [r["step"] for r in result.dsm_history[:2]] == [10, 20]
+  assert result.head_history[-1]["step"] == 200
   # The DSM stage learnt something: the loss fell from its start.
-  assert results["dsm_history"][-1]["loss"] < results["dsm_history"][0]["loss"]
+  assert result.dsm_history[-1]["loss"] < result.dsm_history[0]["loss"]
+  # Rerun in the same workdir: both stages resume from their last checkpoint.
+  again = train.run(config, tmp_path, evaluate_methods=False,
+                    mesh=distributed.make_mesh(devices=jax.devices()[:1]))
+  assert again.dsm_history == [] and again.head_history == []
+  for a, b in zip(jax.tree.leaves(again.head_params), jax.tree.leaves(result.head_params)):
+    np.testing.assert_array_equal(a, b)
 
 
 def test_cifar10_full_path_on_mock_data():
@@ -52,9 +65,9 @@ def test_cifar10_full_path_on_mock_data():
     seen.append(images.shape)
     return float(np.mean(images))  # a stand-in metric: the hook is what is tested
   with tfds.testing.mock_data(num_examples=16):
-    results = train.run(config, None, fid_fn=fid_fn,
-                        mesh=distributed.make_mesh(devices=jax.devices()[:1]))
+    result = train.run(config, None, fid_fn=fid_fn,
+                       mesh=distributed.make_mesh(devices=jax.devices()[:1]))
   assert seen == [(8, 32, 32, 3)]
-  assert set(results["bpd"][2]) == {"ocm"}
-  assert np.isfinite(results["nelbo"][2]["ocm"])
-  assert results["schedule"].abar[1] > 0.9999  # the cosine schedule
+  assert set(result.bpd[2]) == {"ocm"}
+  assert np.isfinite(result.nelbo[2]["ocm"])
+  assert result.schedule.abar[1] > 0.9999  # the cosine schedule

@@ -21,8 +21,8 @@ def setup():
   example = jnp.zeros((2, D))
   dsm = kernel.make_dsm_kernel(model, schedule, optax.adam(1e-2), example, ema_decay=0.9)
   state = dsm.init(jax.random.key(0))
-  heads = kernel.make_head_kernel(model, head, schedule, optax.adam(1e-2), example,
-                                  state.params, num_probes=2)
+  heads = kernel.make_head_kernel(kernel.HeadSettings(model, head, schedule, num_probes=2),
+                                  optax.adam(1e-2), example, state.params)
   batch = data.mixture_source(gmm.ring(), 16, 0)(0)
   head_state = heads.init(jax.random.key(1))
   return dict(schedule=schedule, model=model, head=head, dsm=dsm, heads=heads,
@@ -63,13 +63,33 @@ def test_heads_zero_init_and_frozen_backbone(setup):
   assert max(jax.tree.leaves(moved)) > 0
 
 
+def _dsm_chunked(setup, steps_per_call):
+  return kernel.make_dsm_kernel(setup["model"], setup["schedule"], optax.adam(1e-2),
+                                setup["example"], ema_decay=0.9, steps_per_call=steps_per_call)
+
+
+def test_steps_per_call_equals_single_steps(setup):
+  # Two steps as one scanned call == two calls of one step, bit for bit.
+  base = data.mixture_source(gmm.ring(), 16, 0)
+  state = setup["dsm_state"]
+  one = jax.jit(setup["dsm"].train_step)
+  single, metrics = one(state, base(0))
+  single, metrics_b = one(single, base(1))
+  chunked, chunk_metrics = jax.jit(_dsm_chunked(setup, 2).train_step)(
+      state, np.stack([base(0), base(1)], axis=1))
+  _close(chunked, single, rtol=0, atol=0)
+  np.testing.assert_allclose(chunk_metrics["loss"], (metrics["loss"] + metrics_b["loss"]) / 2,
+                             rtol=1e-6)
+
+
 def test_sharded_equals_single_device(setup):
   config = ml_collections.ConfigDict(
-      dict(seed=0, loop=dict(num_steps=2, log_every=1, checkpoint_every=2, quiet=True)))
+      dict(seed=0, loop=dict(num_steps=4, log_every=2, checkpoint_every=4, quiet=True)))
   base = data.mixture_source(gmm.ring(), 16, 0)
-  source = lambda step: np.stack([base(2 * step), base(2 * step + 1)], axis=1)
-  many = train_loop.run(setup["dsm"], source, config, None)
-  one = train_loop.run(setup["dsm"], source, config, None,
+  source = lambda call: np.stack([base(2 * call), base(2 * call + 1)], axis=1)
+  dsm = _dsm_chunked(setup, 2)
+  many = train_loop.run(dsm, source, config, None, steps_per_call=2)
+  one = train_loop.run(dsm, source, config, None, steps_per_call=2,
                        mesh=distributed.make_mesh(devices=jax.devices()[:1]))
   assert len(jax.devices()) == 8
   # DSM chunks of 2 steps ([B, 2, D] batches) on 8 devices == on one device.
@@ -81,18 +101,20 @@ def test_sharded_equals_single_device(setup):
 def test_bad_input(setup):
   with pytest.raises(ValueError, match="batch must be"):
     setup["dsm"].train_step(setup["dsm_state"], jnp.zeros((4, 3)))
-  with pytest.raises(ValueError, match="heads"):
-    kernel.make_head_kernel(setup["model"], setup["head"], setup["schedule"], optax.adam(1.0),
-                            setup["example"], setup["dsm_state"].params, heads=("bogus",))
-  with pytest.raises(ValueError, match="num_probes"):
-    kernel.make_head_kernel(setup["model"], setup["head"], setup["schedule"], optax.adam(1.0),
-                            setup["example"], setup["dsm_state"].params, num_probes=0)
+  with pytest.raises(ValueError, match="batch must be"):  # [B, 3 steps, D] for 2 per call
+    _dsm_chunked(setup, 2).train_step(setup["dsm_state"], jnp.zeros((4, 3, D)))
+  settings = kernel.HeadSettings(setup["model"], setup["head"], setup["schedule"])
+  for bad, match in ((dict(heads=("bogus",)), "heads"), (dict(num_probes=0), "num_probes"),
+                     (dict(param="linear", loss="nll"), "positive")):
+    with pytest.raises(ValueError, match=match):
+      kernel.make_head_kernel(settings._replace(**bad), optax.adam(1.0), setup["example"],
+                              setup["dsm_state"].params)
   methods = kernel.Methods(setup["model"], setup["dsm_state"].params)
   with pytest.raises(ValueError, match="method must be one of"):
     kernel.make_predictor(methods, "cold", setup["schedule"])
   with pytest.raises(ValueError, match="eta > 0"):
     diffusion.nelbo(lambda x, t: (x, 0.0), setup["schedule"],
                     diffusion.skip_timesteps(3, 1000), jnp.zeros((2, D)), jax.random.key(0),
-                    eta=0.0)
+                    settings=diffusion.BoundSettings(eta=0.0))
   with pytest.raises(ValueError, match="means must be"):
     gmm.make_mixture([1.0], [0.0, 1.0], 0.1)

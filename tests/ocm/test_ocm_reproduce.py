@@ -1,19 +1,20 @@
 """The reproduction's claim logic on hand-made results (no training)."""
 
-from jaxlib_papers.ocm import reproduce
+from jaxlib_papers.ocm import reproduce, train
 
 
 def _results(ocm_nelbo, ocm_err):
   nelbo = {"beta_tilde": 50.0, "beta": 0.8, "analytic": 0.63, "ocm": ocm_nelbo, "exact": 0.55}
-  return {
-      "methods": list(nelbo),
-      "nelbo": {5: {n: v + 0.2 for n, v in nelbo.items()}, 10: nelbo},
-      "terms": {5: {n: [0.0, 1.0, -3.0] for n in nelbo}, 10: {n: [0.0, 1.0, -3.0] for n in nelbo}},
-      "mmd": {10: {n: 0.01 for n in nelbo} | {"beta_tilde": 0.04}},
-      "mmd_ddim": {},
-      "head_error": {54: {"analytic": 0.2, "ocm": ocm_err}, 112: {"analytic": 0.1, "ocm": 0.01}},
-      "samples": {},
-  }
+  return train.Result(
+      dsm_history=[], head_history=[],
+      methods=list(nelbo),
+      nelbo={5: {n: v + 0.2 for n, v in nelbo.items()}, 10: nelbo},
+      terms={5: {n: [0.0, 1.0, -3.0] for n in nelbo}, 10: {n: [0.0, 1.0, -3.0] for n in nelbo}},
+      mmd={10: {n: 0.01 for n in nelbo} | {"beta_tilde": 0.04}},
+      mmd_ddim={},
+      head_error={54: {"analytic": 0.2, "ocm": ocm_err}, 112: {"analytic": 0.1, "ocm": 0.01}},
+      samples={},
+  )
 
 
 def test_claims_hold_and_miss():

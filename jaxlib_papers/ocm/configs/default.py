@@ -3,7 +3,9 @@
 Two training stages, each its own ``core.train_loop`` run (``workdir/dsm``, ``workdir/heads``):
 the eps network by DSM (``loop``), then the OCM / SN / NPR heads on the frozen network
 (``head_loop``). Every train-loop call runs ``*.steps_per_call`` optimizer steps as one
-``lax.scan`` chunk, so ``loop.num_steps`` counts calls, not optimizer steps.
+``lax.scan``; ``loop.num_steps`` (and ``log_every``, ``checkpoint_every``) count optimizer
+steps and must be multiples of ``dsm.steps_per_call`` (``head_loop``: of
+``heads.steps_per_call``).
 
 * smoke: the 8-mode ring, a small MLP, seconds (tests, CI, the Colab demo).
 * cpu: the reproduction size (ring2d; ``launch.reproduce`` also runs ``data.name=gmm16``).
@@ -59,11 +61,11 @@ _BASE = dict(
         clip_x0=-1.0,             # > 0: clip x0_hat to [-clip, clip] (images use 1)
         seed=1,
     ),
-    # 1600 calls x 10 = 16,000 DSM steps. OCM regresses onto the eps network's own Jacobian,
+    # 16,000 DSM steps (1,600 calls of 10). OCM regresses onto the eps network's own Jacobian,
     # so at small t it is only as good as the backbone: at 4,000 steps the check held 8 of
     # its 16 claims, at 16,000 15 (seed 0), at 32,000 15 (seeds/ocm.md, "DSM budget").
-    loop=dict(num_steps=1600, log_every=400, checkpoint_every=800, quiet=False),
-    head_loop=dict(num_steps=200, log_every=50, checkpoint_every=100, quiet=False),
+    loop=dict(num_steps=16000, log_every=4000, checkpoint_every=8000, quiet=False),
+    head_loop=dict(num_steps=2000, log_every=500, checkpoint_every=1000, quiet=False),
 )
 
 _OVERRIDES = {
@@ -75,9 +77,9 @@ _OVERRIDES = {
         "eval.sample_steps": (10,),
         "eval.num_nelbo": 1024, "eval.num_samples": 1024, "eval.analytic_samples": 512,
         "eval.error_samples": 1024,
-        "loop.num_steps": 60, "loop.log_every": 30, "loop.checkpoint_every": 60,
+        "loop.num_steps": 600, "loop.log_every": 300, "loop.checkpoint_every": 600,
         "loop.quiet": True,
-        "head_loop.num_steps": 30, "head_loop.log_every": 15, "head_loop.checkpoint_every": 30,
+        "head_loop.num_steps": 300, "head_loop.log_every": 150, "head_loop.checkpoint_every": 300,
         "head_loop.quiet": True,
     },
     "cpu": {},
@@ -95,9 +97,9 @@ _OVERRIDES = {
         "eval.methods": ("beta_tilde", "beta", "analytic", "sn", "npr", "ocm"),
         "eval.num_nelbo": 10000, "eval.num_samples": 10000, "eval.analytic_samples": 5000,
         "eval.error_timesteps": (), "eval.clip_x0": 1.0,
-        "loop.num_steps": 8000, "loop.log_every": 10, "loop.checkpoint_every": 100,
-        "head_loop.num_steps": 1500, "head_loop.log_every": 10,
-        "head_loop.checkpoint_every": 100,
+        "loop.num_steps": 800000, "loop.log_every": 1000, "loop.checkpoint_every": 10000,
+        "head_loop.num_steps": 150000, "head_loop.log_every": 1000,
+        "head_loop.checkpoint_every": 10000,
     },
 }
 

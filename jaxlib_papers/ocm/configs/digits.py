@@ -20,7 +20,7 @@ _DIGITS = {
     "eval.methods": ("beta_tilde", "beta", "analytic", "sn", "npr", "ocm"),
     "eval.num_nelbo": 297, "eval.num_samples": 64, "eval.analytic_samples": 297,
     "eval.error_timesteps": (), "eval.clip_x0": 1.0,
-    "loop.num_steps": 100, "head_loop.num_steps": 50,
+    "loop.num_steps": 1000, "head_loop.num_steps": 500,  # 10 optimizer steps per call
 }
 
 _SMOKE = {
@@ -28,7 +28,7 @@ _SMOKE = {
     "heads.batch_size": 16, "dsm.steps_per_call": 2, "heads.steps_per_call": 2,
     "eval.sample_steps": (5,), "eval.num_nelbo": 32, "eval.analytic_samples": 32,
     "eval.num_samples": 8,
-    "loop.num_steps": 2, "head_loop.num_steps": 2,
+    "loop.num_steps": 4, "head_loop.num_steps": 4,  # 2 calls of 2 steps each
 }
 
 
