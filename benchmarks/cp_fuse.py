@@ -47,7 +47,7 @@ def main():
   single = jax.tree.map(lambda x: x[:1], pair)
   prompts = jnp.asarray(np.random.default_rng(0).integers(
       5, data.VOCAB_SIZE, (args.batch, args.prompt_len)), jnp.int32)
-  grid = fusion.official_grid(10)
+  settings = kernel.DecodeSettings(num_new=args.num_new, grid=fusion.official_grid(10))
 
   def single_decode(params, x, key, opts):
     # One model through the same loop: its log-probs stand in for both slots, so only one
@@ -55,10 +55,9 @@ def main():
     def one(p, tokens):
       shape = (2, *tokens.shape[1:], data.VOCAB_SIZE)
       return jnp.broadcast_to(log_probs(p, tokens[:1]), shape)
-    return kernel.decode(one, params, x, key, opts, num_new=args.num_new, grid=grid)
+    return kernel.decode(one, params, x, key, opts, settings)
 
-  fused = jax.jit(lambda p, x, k, o: kernel.decode(log_probs, p, x, k, o,
-                                                   num_new=args.num_new, grid=grid))
+  fused = jax.jit(lambda p, x, k, o: kernel.decode(log_probs, p, x, k, o, settings))
   single_fn = jax.jit(single_decode)
   rows = []
   for name, fn, params, opts in (

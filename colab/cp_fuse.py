@@ -45,11 +45,11 @@ from jaxlib_papers.cp_fuse.configs.default import get_config
 PRESET = os.environ.get("JAXLIB_PAPERS_DEMO_PRESET", "smoke")
 config = get_config(PRESET)
 config.loop.quiet = True
-results = train.run(config, None)
-pair = results["pairs"][0]
-bench = results["bench"]
+result = train.run(config, None)
+pair = result.pairs[0]
+bench = result.bench
 print(f"preset {PRESET}: {2 * config.train.num_pairs} models trained for "
-      f"{config.loop.num_steps} steps; final loss {results['history'][-1]['loss']:.3f}")
+      f"{config.loop.num_steps} steps; final loss {result.history[-1]['loss']:.3f}")
 
 # %% [markdown]
 # ## A protected prompt of corpus 1, decoded greedily by every rule
@@ -67,9 +67,7 @@ except ImportError:
 # ## Reproduction and utility, all protected prompts
 
 # %%
-pair["infringement_tokens"] = config.eval.infringement_tokens
-pair["infringement_chars"] = config.eval.infringement_chars
-stats = reproduce.pair_statistics(pair, config.data.continuation_len)
+stats = reproduce.pair_statistics(pair, result.settings)
 print(reproduce.table_markdown([stats]))
 
 # %% [markdown]

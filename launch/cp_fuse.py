@@ -24,11 +24,9 @@ def main(argv):
   common.setup()
   from jaxlib_papers.cp_fuse import reproduce, train  # pylint: disable=g-import-not-at-top
   config = _CONFIG.value
-  results = train.run(config, common.workdir("cp_fuse"))
-  for k, pair in enumerate(results["pairs"]):
-    pair["infringement_tokens"] = config.eval.infringement_tokens
-    pair["infringement_chars"] = config.eval.infringement_chars
-    stats = reproduce.pair_statistics(pair, config.data.continuation_len)
+  result = train.run(config, common.workdir("cp_fuse"))
+  for k, pair in enumerate(result.pairs):
+    stats = reproduce.pair_statistics(pair, result.settings)
     print(f"pair {k}:")
     print(reproduce.table_markdown([stats]))
 

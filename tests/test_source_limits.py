@@ -22,8 +22,6 @@ MAX_PARAMS = 8
 # done.
 KNOWN_OVER = {
     "cca/reproduce.py:digit_claims": "66 lines",
-    "cp_fuse/kernel.py:decode": "78 lines, 9 parameters",
-    "cp_fuse/reproduce.py:claims_for": "70 lines",
     "fsbm/kernel.py:condsoc_pair_loss": "15 parameters",
     "fsbm/kernel.py:condsoc_solve": "134 lines, 13 parameters",
     "fsbm/kernel.py:make_kernel": "183 lines",

@@ -15,8 +15,12 @@ on q_lam ∝ p_1^lam p_2^(1 - lam) (alpha + beta = 1), and there the balance fun
 is non-increasing in lam, so :func:`bisection_solver` (a ``core.contract.Solver``) finds the
 exact optimum: lam = 0 when g(0) <= 0, lam = 1 when g(1) >= 0, else the root of g.
 
-Shapes: ``logp1, logp2: [..., V]`` log-probabilities (finite), ``history: [..., 2]``.
-Nothing here is jitted.
+Shapes: ``logp1, logp2: [..., V]`` log-probabilities, ``history: [..., 2]`` (finite).
+A log-probability may be ``-inf`` (a token a model rules out, e.g. after top-k masking):
+the family then lives on the common support (:func:`fused_logits`), a token ruled out by
+either model gets probability zero in q at every weight (alpha = 0 included, where
+``0 * -inf`` would be NaN), and terms off the support contribute 0 (``0 log 0 = 0``). The
+two supports must share a token. Nothing here is jitted.
 """
 
 from __future__ import annotations
@@ -46,21 +50,38 @@ def grid_pairs(grid: Array) -> Array:
   return jnp.stack([a.reshape(-1), b.reshape(-1)], axis=-1)
 
 
+def support(logp1: Array, logp2: Array) -> Array:
+  """[..., V] bool: the tokens neither model rules out (log p_i > -inf for both)."""
+  return ~(jnp.isneginf(logp1) | jnp.isneginf(logp2))
+
+
+def fused_logits(alpha: Array, beta: Array, logp1: Array, logp2: Array) -> Array:
+  """``alpha l_1 + beta l_2`` on the common support, -inf off it: [..., V].
+
+  Args:
+    alpha, beta: [...] weights (broadcast against the leading axes of ``logp1``).
+    logp1, logp2: [..., V], possibly -inf.
+  """
+  mixed = alpha[..., None] * logp1 + beta[..., None] * logp2
+  return jnp.where(support(logp1, logp2), mixed, -jnp.inf)
+
+
 def per_model_objective(alpha: Array, beta: Array, logp1: Array, logp2: Array,
                         history: Array) -> Array:
   """F_i = KL(q || p_i) - S_i for q ∝ exp(alpha l_1 + beta l_2).
 
   Args:
     alpha, beta: [...] weights (broadcast against the leading axes of ``logp1``).
-    logp1, logp2: [..., V]; history: [..., 2].
+    logp1, logp2: [..., V], possibly -inf; history: [..., 2].
 
   Returns:
     [..., 2] the two models' objectives.
   """
-  log_q = jax.nn.log_softmax(alpha[..., None] * logp1 + beta[..., None] * logp2, axis=-1)
+  on = support(logp1, logp2)
+  log_q = jax.nn.log_softmax(fused_logits(alpha, beta, logp1, logp2), axis=-1)
   q = jnp.exp(log_q)
-  kl1 = jnp.sum(q * (log_q - logp1), axis=-1)
-  kl2 = jnp.sum(q * (log_q - logp2), axis=-1)
+  kl1 = jnp.sum(jnp.where(on, q * (log_q - logp1), 0.0), axis=-1)
+  kl2 = jnp.sum(jnp.where(on, q * (log_q - logp2), 0.0), axis=-1)
   return jnp.stack([kl1, kl2], axis=-1) - history
 
 
@@ -101,8 +122,9 @@ def grid_solve(logp1: Array, logp2: Array, history: Array, pairs: Array) -> Weig
 
 def balance(lam: Array, logp1: Array, logp2: Array, history: Array) -> Array:
   """g(lam) = F_1(q_lam) - F_2(q_lam) = E_q[l_2 - l_1] + S_2 - S_1: [...]."""
-  q = jax.nn.softmax(lam[..., None] * logp1 + (1.0 - lam[..., None]) * logp2, axis=-1)
-  return jnp.sum(q * (logp2 - logp1), axis=-1) + history[..., 1] - history[..., 0]
+  q = jax.nn.softmax(fused_logits(lam, 1.0 - lam, logp1, logp2), axis=-1)
+  gap = jnp.where(support(logp1, logp2), q * (logp2 - logp1), 0.0)
+  return jnp.sum(gap, axis=-1) + history[..., 1] - history[..., 0]
 
 
 class BisectionState(NamedTuple):

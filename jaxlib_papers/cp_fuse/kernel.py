@@ -1,14 +1,17 @@
 """Pure kernels: training M language models in one program, and fused decoding as one scan.
 
+* :func:`next_token_loss`: the causal-LM objective of one model.
 * :func:`make_lm_kernel`: a ``core.contract.TrainKernel`` whose state holds ``M = 2 *
-  num_pairs`` models stacked on a leading axis; one ``train_step`` vmaps the causal-LM loss
-  over the models (model m trains on ``batch[:, m]``).
+  num_pairs`` models stacked on a leading member axis; one ``train_step`` runs
+  ``core.blocks.gradient_step`` on every model (``core.blocks.vmap_members``, model m
+  training on ``batch[:, m]``).
 * :func:`decode`: one ``lax.scan`` over the new tokens for a pair of models. The rule is
   data, not a Python branch, so every method shares one compiled program: ``RULE_FIXED``
   (the single models with weights (1, 0) / (0, 1), CP-Delta with (c, 1 - c)),
   ``RULE_GRID`` (the official CP-Fuse grid) or ``RULE_EXACT`` (the exact bisection
   solver); greedy (temperature 0) or sampling; an optional MemFree-style n-gram blocker
-  (the blocked tokens are masked after fusing, so alpha = 0 never meets -inf).
+  (the blocked tokens are masked after fusing). Models may rule tokens out (-inf
+  log-probabilities, e.g. top-k): those are never picked (:func:`fusion.fused_logits`).
 * :func:`fused_token_log_probs`: teacher forcing for held-out perplexity under any rule.
 
 No jit here.
@@ -16,6 +19,7 @@ No jit here.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -25,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxlib_papers.core import contract, prng
+from jaxlib_papers.core import blocks, contract, prng
 from jaxlib_papers.cp_fuse import fusion
 
 Array = jax.Array
@@ -34,10 +38,37 @@ PyTree = Any
 RULE_FIXED, RULE_GRID, RULE_EXACT = 0, 1, 2
 
 
+def next_token_loss(model: nn.Module, params: PyTree, tokens: Array) -> Array:
+  """Mean next-token cross-entropy of one causal LM.
+
+  Args:
+    model: ``model.apply({"params": p}, tokens [B, T]) -> logits [B, T, V]``.
+    params: the model's parameters.
+    tokens: [B, T + 1] int32; positions 0..T-1 predict 1..T.
+
+  Returns:
+    [] float32.
+  """
+  logits = model.apply({"params": params}, tokens[:, :-1])
+  return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]))
+
+
 class TrainState(NamedTuple):
   step: Array        # [] int32
   params: PyTree     # leaves [M, ...] float32: the M models' parameters
   opt_state: PyTree  # leaves [M, ...]: their optimiser states
+
+
+class MemberState(NamedTuple):
+  """One model's part of :class:`TrainState` (the member axis of ``vmap_members``)."""
+  params: PyTree
+  opt_state: PyTree
+
+
+def _member_step(update: Callable[..., blocks.Update], member: MemberState,
+                 tokens: Array) -> tuple[MemberState, dict[str, Array]]:
+  new = update(member.params, member.opt_state, tokens)
+  return MemberState(new.params, new.opt_state), {"loss": new.loss}
 
 
 def make_lm_kernel(model: nn.Module, optimizer: optax.GradientTransformation, *,
@@ -57,31 +88,28 @@ def make_lm_kernel(model: nn.Module, optimizer: optax.GradientTransformation, *,
   """
   if num_models <= 0 or seq_len <= 0:
     raise ValueError(f"num_models and seq_len must be positive; got {num_models}, {seq_len}")
+  dummy = jnp.zeros((1, seq_len), jnp.int32)
+
+  def init_member(key):
+    params = model.init(key, dummy)["params"]
+    return MemberState(params, optimizer.init(params))
+
+  init_members = blocks.vmap_init(init_member, num_models)
+  update = blocks.gradient_step(functools.partial(next_token_loss, model), optimizer)
+  members_step = blocks.vmap_members(functools.partial(_member_step, update), batch_axis=1,
+                                     rules={"loss": ("mean", "max")})
 
   def init(key):
-    keys = jax.random.split(key, num_models)
-    dummy = jnp.zeros((1, seq_len), jnp.int32)
-    params = jax.vmap(lambda k: model.init(k, dummy)["params"])(keys)
-    return TrainState(jnp.zeros((), jnp.int32), params, jax.vmap(optimizer.init)(params))
-
-  def loss_one(params, tokens):
-    logits = model.apply({"params": params}, tokens[:, :-1])
-    return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]))
-
-  def update_one(params, opt_state, tokens):
-    loss, grads = jax.value_and_grad(loss_one)(params, tokens)
-    updates, opt_state = optimizer.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss
+    members = init_members(key)
+    return TrainState(jnp.zeros((), jnp.int32), members.params, members.opt_state)
 
   def train_step(state, batch):
     chex.assert_rank(batch, 3)
     chex.assert_type(batch, jnp.int32)
     if batch.shape[1] != num_models or batch.shape[2] != seq_len + 1:
       raise ValueError(f"batch must be [B, {num_models}, {seq_len + 1}]; got {batch.shape}")
-    params, opt_state, losses = jax.vmap(update_one, in_axes=(0, 0, 1))(
-        state.params, state.opt_state, batch)
-    return (TrainState(state.step + 1, params, opt_state),
-            {"loss": jnp.mean(losses), "loss_max": jnp.max(losses)})
+    members, metrics = members_step(MemberState(state.params, state.opt_state), batch)
+    return TrainState(state.step + 1, members.params, members.opt_state), metrics
 
   def log_probs(params, tokens):
     return jax.vmap(lambda p, t: jax.nn.log_softmax(model.apply({"params": p}, t), -1))(
@@ -109,6 +137,21 @@ def options(rule: int = RULE_GRID, fixed: tuple[float, float] = (0.5, 0.5),
                        jnp.float32(temperature), jnp.asarray(block))
 
 
+class DecodeSettings(NamedTuple):
+  """Static settings of :func:`decode` (a change recompiles).
+
+  Attributes:
+    num_new: N, the tokens to generate.
+    grid: [G] the official grid values (:func:`fusion.official_grid`).
+    ngram_table: [K, n] int32 n-grams to block, or None (no blocker compiled in).
+    bisection_iterations: halvings of the exact solver.
+  """
+  num_new: int
+  grid: Array
+  ngram_table: Array | None = None
+  bisection_iterations: int = 40
+
+
 class DecodeOutput(NamedTuple):
   tokens: Array           # [B, N] int32, the new tokens
   alpha: Array            # [B, N] float32, the weight of log p_1 used at each step
@@ -134,11 +177,67 @@ def blocked_tokens(context: Array, ngram_table: Array, vocab_size: int) -> Array
   return hits > 0
 
 
+def rule_weights(opts: DecodeOptions, by_grid: fusion.Weights, by_exact: fusion.Weights,
+                 shape: tuple[int, ...]) -> tuple[Array, Array]:
+  """(alpha, beta) [shape] of the rule of ``opts``: the grid's, the exact solver's or fixed."""
+  alpha = jnp.select([opts.rule == RULE_GRID, opts.rule == RULE_EXACT],
+                     [by_grid.alpha, by_exact.alpha], jnp.broadcast_to(opts.fixed[0], shape))
+  beta = jnp.select([opts.rule == RULE_GRID, opts.rule == RULE_EXACT],
+                    [by_grid.beta, by_exact.beta], jnp.broadcast_to(opts.fixed[1], shape))
+  return alpha, beta
+
+
+class _DecodeContext(NamedTuple):
+  """What every step of :func:`decode`'s scan reads (fixed over the scan)."""
+  log_probs_fn: Callable[[PyTree, Array], Array]
+  pair_params: PyTree
+  opts: DecodeOptions
+  settings: DecodeSettings
+  pairs: Array          # [G * G, 2] the grid's (alpha, beta) pairs
+  prompt_len: int       # P
+
+
+def _choose_token(ctx: _DecodeContext, fused: Array, buf: Array, pos: Array,
+                  key: Array) -> tuple[Array, Array]:
+  """Masks the blocked tokens, then the argmax or a sample: ([B] int32, the next key)."""
+  ngram_table = ctx.settings.ngram_table
+  if ngram_table is not None:
+    n = ngram_table.shape[1]
+    context = jax.lax.dynamic_slice_in_dim(buf, pos - (n - 2), n - 1, axis=1)
+    blocked = blocked_tokens(context, ngram_table, fused.shape[-1]) & ctx.opts.block
+    fused = jnp.where(blocked, -jnp.inf, fused)
+  key, sub = jax.random.split(key)
+  sampled = prng.categorical(sub, fused / jnp.maximum(ctx.opts.temperature, 1e-6), axis=-1)
+  token = jnp.where(ctx.opts.temperature > 0, sampled, jnp.argmax(fused, axis=-1))
+  return token.astype(jnp.int32), key
+
+
+def _decode_step(ctx: _DecodeContext, carry: tuple[Array, Array, Array], t: Array):
+  """One new token: both models' log-probs, the weights, the fused pick, the histories."""
+  buf, history, key = carry
+  batch, total = buf.shape
+  pos = ctx.prompt_len + t - 1
+  inputs = jnp.broadcast_to(buf[None, :, :total - 1], (2, batch, total - 1))
+  logp = ctx.log_probs_fn(ctx.pair_params, inputs)                       # [2, B, T, V]
+  logp = jax.lax.dynamic_index_in_dim(logp, pos, axis=2, keepdims=False)  # [2, B, V]
+  l1, l2 = logp[0], logp[1]
+  by_grid = fusion.grid_solve(l1, l2, history, ctx.pairs)
+  by_exact = fusion.exact_solve(l1, l2, history, ctx.settings.bisection_iterations)
+  alpha, beta = rule_weights(ctx.opts, by_grid, by_exact, (batch,))
+  fused = fusion.fused_logits(alpha, beta, l1, l2)
+  token, key = _choose_token(ctx, fused, buf, pos, key)
+  buf = jax.lax.dynamic_update_slice_in_dim(buf, token[:, None], pos + 1, axis=1)
+  chosen = jnp.take_along_axis(logp, token[None, :, None], axis=-1)[..., 0]  # [2, B]
+  per_model = fusion.per_model_objective(alpha, beta, l1, l2, history)
+  out = (token, alpha, beta, per_model, by_grid.objective, by_exact.objective,
+         by_exact.alpha, history)
+  return (buf, history + chosen.T, key), out
+
+
 def decode(log_probs_fn: Callable[[PyTree, Array], Array], pair_params: PyTree,
-           prompts: Array, key: Array, opts: DecodeOptions, *, num_new: int,
-           grid: Array, ngram_table: Array | None = None,
-           bisection_iterations: int = 40) -> DecodeOutput:
-  """Decodes ``num_new`` tokens from a pair of models under one weight rule.
+           prompts: Array, key: Array, opts: DecodeOptions,
+           settings: DecodeSettings) -> DecodeOutput:
+  """Decodes ``settings.num_new`` tokens from a pair of models under one weight rule.
 
   Each step recomputes both models on the whole (fixed-size) buffer, takes the last
   position's log-probabilities, solves for (alpha, beta) with the rule of ``opts`` (the
@@ -153,61 +252,26 @@ def decode(log_probs_fn: Callable[[PyTree, Array], Array], pair_params: PyTree,
     prompts: [B, P] int32 (P >= n - 1 when blocking).
     key: typed PRNG key (used when sampling).
     opts: :class:`DecodeOptions`.
-    num_new: N (static).
-    grid: [G] the official grid values (:func:`fusion.official_grid`).
-    ngram_table: [K, n] int32 n-grams to block, or None (no blocker compiled in).
-    bisection_iterations: halvings of the exact solver.
+    settings: :class:`DecodeSettings` (N, the grid, the n-gram table, bisection steps).
 
   Returns:
     :class:`DecodeOutput`.
   """
   chex.assert_rank(prompts, 2)
   chex.assert_type(prompts, jnp.int32)
+  num_new, ngram_table = int(settings.num_new), settings.ngram_table
   if num_new <= 0:
     raise ValueError(f"num_new must be positive; got {num_new}")
   batch, prompt_len = prompts.shape
   if ngram_table is not None and prompt_len < ngram_table.shape[1] - 1:
     raise ValueError(f"prompts must have at least n - 1 = {ngram_table.shape[1] - 1} "
                      f"tokens for the n-gram blocker; got {prompt_len}")
-  total = prompt_len + num_new
   buffer = jnp.concatenate([prompts, jnp.zeros((batch, num_new), jnp.int32)], axis=1)
-  pairs = fusion.grid_pairs(grid)
-
-  def step(carry, t):
-    buf, history, key = carry
-    pos = prompt_len + t - 1
-    inputs = jnp.broadcast_to(buf[None, :, :total - 1], (2, batch, total - 1))
-    logp = log_probs_fn(pair_params, inputs)                            # [2, B, T, V]
-    logp = jax.lax.dynamic_index_in_dim(logp, pos, axis=2, keepdims=False)  # [2, B, V]
-    l1, l2 = logp[0], logp[1]
-    by_grid = fusion.grid_solve(l1, l2, history, pairs)
-    by_exact = fusion.exact_solve(l1, l2, history, bisection_iterations)
-    alpha = jnp.select([opts.rule == RULE_GRID, opts.rule == RULE_EXACT],
-                       [by_grid.alpha, by_exact.alpha],
-                       jnp.broadcast_to(opts.fixed[0], (batch,)))
-    beta = jnp.select([opts.rule == RULE_GRID, opts.rule == RULE_EXACT],
-                      [by_grid.beta, by_exact.beta],
-                      jnp.broadcast_to(opts.fixed[1], (batch,)))
-    fused = alpha[:, None] * l1 + beta[:, None] * l2
-    if ngram_table is not None:
-      n = ngram_table.shape[1]
-      context = jax.lax.dynamic_slice_in_dim(buf, pos - (n - 2), n - 1, axis=1)
-      blocked = blocked_tokens(context, ngram_table, l1.shape[-1]) & opts.block
-      fused = jnp.where(blocked, -jnp.inf, fused)
-    key, sub = jax.random.split(key)
-    sampled = prng.categorical(
-        sub, fused / jnp.maximum(opts.temperature, 1e-6), axis=-1)
-    token = jnp.where(opts.temperature > 0, sampled, jnp.argmax(fused, axis=-1))
-    token = token.astype(jnp.int32)
-    buf = jax.lax.dynamic_update_slice_in_dim(buf, token[:, None], pos + 1, axis=1)
-    chosen = jnp.take_along_axis(logp, token[None, :, None], axis=-1)[..., 0]  # [2, B]
-    per_model = fusion.per_model_objective(alpha, beta, l1, l2, history)
-    out = (token, alpha, beta, per_model, by_grid.objective, by_exact.objective,
-           by_exact.alpha, history)
-    return (buf, history + chosen.T, key), out
-
+  ctx = _DecodeContext(log_probs_fn, pair_params, opts, settings,
+                       fusion.grid_pairs(settings.grid), prompt_len)
   init = (buffer, jnp.zeros((batch, 2), jnp.float32), key)
-  (_, final_history, _), outs = jax.lax.scan(step, init, jnp.arange(num_new))
+  (_, final_history, _), outs = jax.lax.scan(functools.partial(_decode_step, ctx), init,
+                                             jnp.arange(num_new))
   tokens, alpha, beta, per_model, grid_obj, exact_obj, lam, history = jax.tree.map(
       lambda x: jnp.moveaxis(x, 0, 1), outs)
   history = jnp.concatenate([history, final_history[:, None]], axis=1)
@@ -240,13 +304,8 @@ def fused_token_log_probs(logp_pair: Array, targets: Array, opts: DecodeOptions,
     l1, l2, hist, target = args                                           # [T, V] ..., [T]
     by_grid = fusion.grid_solve(l1, l2, hist, pairs)
     by_exact = fusion.exact_solve(l1, l2, hist, bisection_iterations)
-    alpha = jnp.select([opts.rule == RULE_GRID, opts.rule == RULE_EXACT],
-                       [by_grid.alpha, by_exact.alpha],
-                       jnp.broadcast_to(opts.fixed[0], target.shape))
-    beta = jnp.select([opts.rule == RULE_GRID, opts.rule == RULE_EXACT],
-                      [by_grid.beta, by_exact.beta],
-                      jnp.broadcast_to(opts.fixed[1], target.shape))
-    fused = jax.nn.log_softmax(alpha[:, None] * l1 + beta[:, None] * l2, axis=-1)
+    alpha, beta = rule_weights(opts, by_grid, by_exact, target.shape)
+    fused = jax.nn.log_softmax(fusion.fused_logits(alpha, beta, l1, l2), axis=-1)
     return jnp.take_along_axis(fused, target[:, None], axis=-1)[:, 0]
 
   return jax.lax.map(row, (logp_pair[0], logp_pair[1], history, targets))

@@ -23,11 +23,16 @@ The thresholds are stated for a 48-token continuation; other sizes (smoke) scale
 
 from __future__ import annotations
 
+import functools
 import json
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from jaxlib_papers.core.reproduce import Claim, Context, register
+
+if TYPE_CHECKING:  # the registry imports this module; jax and the models load in check()
+  from jaxlib_papers.cp_fuse import train
 
 PAPER_EM = ("Table 1 (unverified, brief): EM ~1400-1500 chars for the overfit models vs "
             "~55-70 for CP-Fuse (>25x, abstract); CP-Delta 4-7x CP-Fuse; MemFree 2-3x")
@@ -35,19 +40,25 @@ PAPER_UTILITY = ("Table 2 (unverified): pass@1 CP-Fuse vs overfit APPS 0.47/0.43
                  "0.43/0.44, HumanEval 0.28/0.29")
 
 
-def pair_statistics(pair: dict, continuation_len: int) -> dict:
-  """The numbers the claims read, for one pair (host floats)."""
+def pair_statistics(pair: train.PairResult, settings: train.Settings) -> dict:
+  """The numbers the claims read, for one pair (host floats).
+
+  Args:
+    pair: one pair's measurements (``train.run(...).pairs[k]``).
+    settings: the run's settings (``train.run(...).settings``): the continuation length
+      and the infringement thresholds.
+  """
   from jaxlib_papers.cp_fuse import train  # pylint: disable=g-import-not-at-top
-  owner = pair["owner"]
+  owner = pair.owner
   private = owner < 2
-  rep = pair["reproduction"]
+  rep = pair.reproduction
   own = train.own_model_view(rep, owner, "model")
   memfree = train.own_model_view(rep, owner, "memfree")
   other = np.where(owner == 0, rep["model_2"]["lcs_sets"][:, 0],
                    rep["model_1"]["lcs_sets"][:, 1])
   views = {"single (own)": own, "memfree (own)": memfree,
            **{k: rep[k] for k in ("cp_delta", "cp_fuse", "cp_fuse_exact")}}
-  stats = {"continuation_len": continuation_len,
+  stats = {"continuation_len": settings.benchmark.continuation_len,
            "own_cont_median": float(np.median(own["lcs_cont"][private])),
            "other_p95": float(np.percentile(other[private], 95))}
   table = {}
@@ -59,19 +70,19 @@ def pair_statistics(pair: dict, continuation_len: int) -> dict:
         "p50": float(np.median(lcs)), "p95": float(np.percentile(lcs, 95)),
         "max": float(lcs.max()), "em_chars": float(top.mean()),
         "chars_p95": float(np.percentile(chars, 95)),
-        "infringe_tokens": int(np.sum(lcs > pair["infringement_tokens"])),
-        "infringe_chars": int(np.sum(chars > pair["infringement_chars"])),
+        "infringe_tokens": int(np.sum(lcs > settings.eval.infringement_tokens)),
+        "infringe_chars": int(np.sum(chars > settings.eval.infringement_chars)),
         "shared": float(view["lcs_cont"][owner == 2].max()),
     }
   stats["table"] = table
-  stats["perplexity"] = pair["perplexity"]
-  stats["grammatical"] = pair["grammatical"]
-  stats["sentences"] = pair["sentences"]
+  stats["perplexity"] = pair.perplexity
+  stats["grammatical"] = pair.grammatical
+  stats["sentences"] = pair.sentences
   gaps = []
   for name in ("cp_fuse", "cp_fuse_exact"):
-    d = pair["decode"][name]
+    d = pair.decode[name]
     gaps.append(float(np.min(d["grid_objective"] - d["exact_objective"])))
-  d = pair["decode"]["cp_fuse_exact"]
+  d = pair.decode["cp_fuse_exact"]
   lam, f = d["exact_lambda"], d["per_model"]
   interior = (lam > 1e-6) & (lam < 1 - 1e-6)
   rel = np.abs(f[..., 0] - f[..., 1]) / np.maximum(np.abs(f).max(-1), 1e-6)
@@ -81,16 +92,31 @@ def pair_statistics(pair: dict, continuation_len: int) -> dict:
   return stats
 
 
-def claims_for(all_stats: list[dict]) -> list[Claim]:
-  """The claims over every pair (each must hold for every pair)."""
-  n = all_stats[0]["continuation_len"]
-  scale = n / 48.0
-  mem, other_cap, fuse_cap, shared_min = 44 * scale, 8 * scale, 12 * scale, 40 * scale
+class _Caps(NamedTuple):
+  """The thresholds, stated for a 48-token continuation and scaled to ``n`` tokens."""
+  n: int
+  mem: float
+  other_cap: float
+  fuse_cap: float
+  shared_min: float
 
-  def each(fmt, fn):
-    return "; ".join(f"pair {i}: " + fmt(s) for i, s in enumerate(all_stats)), all(
-        bool(fn(s)) for s in all_stats)
 
+def _caps(continuation_len: int) -> _Caps:
+  scale = continuation_len / 48.0
+  return _Caps(continuation_len, 44 * scale, 8 * scale, 12 * scale, 40 * scale)
+
+
+def _each(all_stats: list[dict], fmt, fn) -> tuple[str, bool]:
+  """(every pair's ``fmt`` line, whether ``fn`` holds for every pair)."""
+  return "; ".join(f"pair {i}: " + fmt(s) for i, s in enumerate(all_stats)), all(
+      bool(fn(s)) for s in all_stats)
+
+
+def _protection_claims(all_stats: list[dict], caps: _Caps) -> list[Claim]:
+  """Claims 1-4: memorisation, CP-Fuse's protection, CP-Delta's, the shared passage."""
+  n, mem, other_cap, fuse_cap, shared_min = (caps.n, caps.mem, caps.other_cap,
+                                             caps.fuse_cap, caps.shared_min)
+  each = functools.partial(_each, all_stats)
   claims = []
   ours, ok = each(lambda s: f"own median {s['own_cont_median']:.0f}/{n}, other p95 "
                             f"{s['other_p95']:.1f}",
@@ -119,6 +145,13 @@ def claims_for(all_stats: list[dict]) -> list[Claim]:
                   lambda s: s["table"]["cp_fuse"]["shared"] >= shared_min)
   claims.append(Claim(f"CP-Fuse still reproduces the passage both models saw (>= "
                       f"{shared_min:.0f}/{n})", "- (the control the method implies)", ours, ok))
+  return claims
+
+
+def _utility_claims(all_stats: list[dict]) -> list[Claim]:
+  """Claims 5-7: perplexity and grammaticality of the fused model."""
+  each = functools.partial(_each, all_stats)
+  claims = []
 
   def ppl_ok(s):
     p = s["perplexity"]
@@ -138,6 +171,14 @@ def claims_for(all_stats: list[dict]) -> list[Claim]:
                       s["grammatical"]["model_1"], s["grammatical"]["model_2"]) - 0.05)
   claims.append(Claim("utility: fusion keeps grammaticality (CP-Fuse parse rate >= the "
                       "worse single model's - 0.05)", "fluency preserved (paper)", ours, ok))
+  return claims
+
+
+def _solver_claims(all_stats: list[dict], caps: _Caps) -> list[Claim]:
+  """Claims 8-10: the grid against the exact solver, its protection, its balance."""
+  fuse_cap = caps.fuse_cap
+  each = functools.partial(_each, all_stats)
+  claims = []
   ours, ok = each(lambda s: f"min(J_grid - J_exact) {s['grid_minus_exact_min']:.2e}",
                   lambda s: s["grid_minus_exact_min"] >= -1e-4)
   claims.append(Claim("T5: the grid objective is never below the exact solver's (every step)",
@@ -151,6 +192,13 @@ def claims_for(all_stats: list[dict]) -> list[Claim]:
   claims.append(Claim("T2: balance F_1 = F_2 at interior steps along the exact decode "
                       "(1e-3 relative)", "Lemma (balancing property)", ours, ok))
   return claims
+
+
+def claims_for(all_stats: list[dict]) -> list[Claim]:
+  """The claims over every pair (each must hold for every pair)."""
+  caps = _caps(all_stats[0]["continuation_len"])
+  return (_protection_claims(all_stats, caps) + _utility_claims(all_stats)
+          + _solver_claims(all_stats, caps))
 
 
 def table_markdown(all_stats: list[dict]) -> str:
@@ -178,14 +226,10 @@ def check(ctx: Context) -> list[Claim]:
   config = get_config(ctx.preset)
   config.seed = ctx.seed
   config.loop.quiet = True
-  results = train.run(config, None)
-  all_stats = []
-  for pair in results["pairs"]:
-    pair["infringement_tokens"] = config.eval.infringement_tokens
-    pair["infringement_chars"] = config.eval.infringement_chars
-    all_stats.append(pair_statistics(pair, config.data.continuation_len))
+  result = train.run(config, None)
+  all_stats = [pair_statistics(pair, result.settings) for pair in result.pairs]
   (ctx.report_dir / "cp_fuse_tables.md").write_text(table_markdown(all_stats))
   (ctx.report_dir / "cp_fuse.json").write_text(json.dumps(all_stats, indent=1, default=float))
-  plotting.summary_figure(results["pairs"][0], results["bench"],
+  plotting.summary_figure(result.pairs[0], result.bench,
                           ctx.report_dir / "cp_fuse_summary.png")
   return claims_for(all_stats)

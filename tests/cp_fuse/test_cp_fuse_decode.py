@@ -81,7 +81,7 @@ def _reference(tables, prompts, rule, fixed=(0.5, 0.5), blocked=None):
 # One compiled decoder for every test of this shape: forbid 0 -> 1 and 3 -> 4 when blocking.
 NGRAMS = jnp.array([[0, 1], [3, 4]], jnp.int32)
 _DECODE = jax.jit(lambda p, x, k, o, table: kernel.decode(
-    _log_probs_fn, p, x, k, o, num_new=NUM_NEW, grid=GRID, ngram_table=table))
+    _log_probs_fn, p, x, k, o, kernel.DecodeSettings(NUM_NEW, GRID, ngram_table=table)))
 
 
 def _run(tables, prompts, opts, ngram_table=NGRAMS):
@@ -139,8 +139,8 @@ def test_memfree_blocks_the_ngram():
 def test_sampling_follows_the_fused_distribution():
   tables = _tables()
   prompts = np.zeros((4000, 1), np.int32)
-  fn = jax.jit(lambda p, x, k, o: kernel.decode(_log_probs_fn, p, x, k, o, num_new=1,
-                                                grid=GRID))
+  fn = jax.jit(lambda p, x, k, o: kernel.decode(_log_probs_fn, p, x, k, o,
+                                                kernel.DecodeSettings(1, GRID)))
   out = fn(jnp.asarray(tables), jnp.asarray(prompts), jax.random.key(3),
            kernel.options(kernel.RULE_FIXED, (0.5, 0.5), temperature=2.0))
   z = (0.5 * tables[0, 0] + 0.5 * tables[1, 0]) / 2.0
@@ -172,5 +172,27 @@ def test_bad_arguments_are_named():
     kernel.options(kernel.RULE_GRID, temperature=-1.0)
   with pytest.raises(ValueError, match="n - 1"):
     kernel.decode(_log_probs_fn, jnp.asarray(_tables()), jnp.asarray(PROMPTS[:, :1]),
-                  jax.random.key(0), kernel.options(), num_new=2, grid=GRID,
-                  ngram_table=jnp.zeros((1, 4), jnp.int32))
+                  jax.random.key(0), kernel.options(),
+                  kernel.DecodeSettings(2, GRID, ngram_table=jnp.zeros((1, 4), jnp.int32)))
+
+
+def test_top_k_masked_models_decode_inside_their_common_support_without_nan():
+  # Each bigram row keeps its top 5 of 7 tokens (the rest -inf, renormalised): every rule
+  # must pick tokens both models allow and report finite weights, objectives, histories.
+  tables = _tables(4)
+  kth = np.sort(tables, axis=-1)[..., V - 5][..., None]
+  tables = np.where(tables >= kth, tables, -np.inf)
+  tables = (tables - np.log(np.exp(tables).sum(-1, keepdims=True))).astype(np.float32)
+  allowed = np.isfinite(tables).all(axis=0)                    # [V, V] common support
+  for rule, fixed in ((kernel.RULE_FIXED, (1.0, 0.0)), (kernel.RULE_FIXED, (0.0, 1.0)),
+                      (kernel.RULE_GRID, (0.0, 0.0)), (kernel.RULE_EXACT, (0.0, 0.0))):
+    out = _run(tables, PROMPTS, kernel.options(rule, fixed))
+    for name, value in out._asdict().items():
+      assert np.all(np.isfinite(np.asarray(value))), (rule, fixed, name)
+    seq = np.concatenate([PROMPTS, np.asarray(out.tokens)], axis=1)
+    assert allowed[seq[:, 1:-1], seq[:, 2:]].all(), (rule, fixed)
+    logp = _log_probs_fn(jnp.asarray(tables), jnp.broadcast_to(jnp.asarray(seq[:, :-1]),
+                                                               (2, *seq[:, :-1].shape)))
+    lp = kernel.fused_token_log_probs(logp[:, :, 1:], jnp.asarray(seq[:, 2:]),
+                                      kernel.options(rule, fixed), grid=GRID)
+    assert np.all(np.isfinite(np.asarray(lp))), (rule, fixed)

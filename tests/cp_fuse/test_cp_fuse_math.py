@@ -213,3 +213,47 @@ def test_bisection_solver_jit_equals_eager_and_contract_shape():
     fusion.exact_solve(args[0], args[1][:, :3], args[2])
   with pytest.raises(ValueError, match="history"):
     fusion.exact_solve(args[0], args[1], args[2][:, :1])
+
+
+def _top_k_masked(instances, ruled_out):
+  """(l1, l2, history) stacked, model i's tokens ``ruled_out[i]`` at -inf (renormalised)."""
+  l1, l2, history = (np.stack(x) for x in zip(*instances))
+  out = []
+  for l, gone in zip((l1, l2), ruled_out):
+    l = l.copy()
+    l[:, list(gone)] = -np.inf
+    out.append(l - np.log(np.exp(l).sum(-1, keepdims=True)))
+  return out[0], out[1], history
+
+
+def test_minus_inf_log_probs_restrict_the_fused_support_without_nan():
+  # Top-k masking leaves -inf log-probabilities: model 1 rules out tokens 0 and 1, model 2
+  # token 7. Everything must equal the problem on the common support {2..6}, also at the
+  # weight 0 (where 0 * -inf would be NaN), and those tokens get probability zero.
+  with enable_x64():
+    l1, l2, history = (jnp.asarray(x) for x in _top_k_masked(
+        _instances(11, count=6, vocab=8), ((0, 1), (7,))))
+    on = slice(2, 7)
+    alpha = jnp.array([0.0, 1.0, 0.5, 3.0, 0.0, 2.0])
+    beta = jnp.array([1.0, 0.0, 0.5, 0.0, 0.0, 7.0])
+    fused = fusion.fused_logits(alpha, beta, l1, l2)
+    assert not np.isnan(fused).any()
+    assert np.all(np.isneginf(fused[:, :2])) and np.all(np.isneginf(fused[:, 7:]))
+    np.testing.assert_allclose(fused[:, on], alpha[:, None] * l1[:, on]
+                               + beta[:, None] * l2[:, on])
+    per_model = fusion.per_model_objective(alpha, beta, l1, l2, history)
+    assert np.all(np.isfinite(per_model))
+    np.testing.assert_allclose(per_model, fusion.per_model_objective(
+        alpha, beta, l1[:, on], l2[:, on], history), rtol=1e-12)
+    for lam in (0.0, 0.3, 1.0):
+      g = fusion.balance(jnp.full((6,), lam), l1, l2, history)
+      np.testing.assert_allclose(g, fusion.balance(jnp.full((6,), lam), l1[:, on], l2[:, on],
+                                                   history), rtol=1e-12)
+    pairs = fusion.grid_pairs(fusion.official_grid(10))
+    for solve in (lambda a, b: fusion.grid_solve(a, b, history, pairs),
+                  lambda a, b: fusion.exact_solve(a, b, history, 60)):
+      full, restricted = solve(l1, l2), solve(l1[:, on], l2[:, on])
+      assert all(np.all(np.isfinite(x)) for x in full)
+      np.testing.assert_allclose(full.alpha, restricted.alpha, atol=1e-12)
+      np.testing.assert_allclose(full.beta, restricted.beta, atol=1e-12)
+      np.testing.assert_allclose(full.objective, restricted.objective, rtol=1e-10)

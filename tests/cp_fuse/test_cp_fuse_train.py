@@ -9,7 +9,7 @@ import pytest
 
 from jaxlib_papers.core import distributed, train_loop
 from jaxlib_papers.core.reproduce import Context
-from jaxlib_papers.cp_fuse import data, kernel, models, reproduce
+from jaxlib_papers.cp_fuse import data, kernel, models, reproduce, train
 from jaxlib_papers.cp_fuse.configs.default import get_config
 
 MODEL = models.CausalLM(vocab_size=data.VOCAB_SIZE, d_model=16, num_layers=1, num_heads=2,
@@ -46,6 +46,25 @@ def test_vmapped_step_equals_separate_models_and_sharded_equals_single_device():
       np.testing.assert_allclose(a[0], b[m], rtol=1e-4, atol=1e-6)
   with pytest.raises(ValueError, match="batch must be"):
     pair.train_step(state, jnp.asarray(batches[0][:, :1]))
+
+
+def test_k_steps_per_call_train_like_one_step_per_call():
+  # Two optimiser steps per call (one lax.scan) against one per call, same batches (SGD,
+  # as above: scanned and unscanned programs may round differently).
+  batches = np.random.default_rng(2).integers(5, data.VOCAB_SIZE, (4, 8, 2, 13)).astype(
+      np.int32)
+  config = get_config("smoke")
+  config.loop.update(num_steps=4, log_every=2, checkpoint_every=4)
+  lm = _kernel(2)
+  one = train_loop.run(lm, lambda step: batches[step], config, None)
+  scanned, source = train.steps_per_call(lm, lambda step: batches[step], 2)
+  two = train_loop.run(scanned, source, config, None, steps_per_call=2)
+  assert int(two.state.step) == 4 and [row["step"] for row in two.history] == [2, 4]
+  for a, b in zip(jax.tree.leaves(one.state.params), jax.tree.leaves(two.state.params)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+  config.train.steps_per_call = 3
+  with pytest.raises(ValueError, match="multiple"):
+    train.run(config, None, evaluate=False)
 
 
 def test_smoke_reproduction_check(tmp_path):

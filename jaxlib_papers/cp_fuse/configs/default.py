@@ -30,6 +30,7 @@ _BASE = dict(
         batch_size=16,               # rows per model per step
         protect_prob=0.3,            # share of rows that are protected passages
         lr=3e-3, warmup_steps=100, weight_decay=0.0, grad_clip=1.0,
+        steps_per_call=1,            # optimiser steps per compiled call (one lax.scan)
     ),
     fusion=dict(
         grid_size=10,                # official grid: linspace(0, 2, grid_size)[:-1] + 2..10
@@ -45,6 +46,7 @@ _BASE = dict(
         infringement_chars=160,      # the paper's threshold (characters)
         seed=1,
     ),
+    # num_steps, log_every, checkpoint_every: optimiser steps (multiples of steps_per_call)
     loop=dict(num_steps=2000, log_every=250, checkpoint_every=1000, quiet=False),
 )
 
