@@ -22,7 +22,9 @@ import numpy as np
 from jaxlib_papers.aerca import data as data_lib
 from jaxlib_papers.aerca import evaluate as ev
 from jaxlib_papers.aerca import kernel as K
+from jaxlib_papers.aerca.configs import default as default_config
 from jaxlib_papers.aerca.models import Networks
+from jaxlib_papers.core import config as config_lib
 from jaxlib_papers.core import results, stages
 
 VARIANTS = ("aerca", "paper_kl", "encoder_only")
@@ -290,6 +292,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
   Raises:
     ValueError: a bad setting (before any data is generated or anything trains).
   """
+  config_lib.validate(config, default_config.CONSTRAINTS)
   settings = _check(config)
   start = time.perf_counter()
   parts = _load(config, dataset)

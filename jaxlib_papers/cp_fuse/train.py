@@ -29,9 +29,11 @@ import numpy as np
 import optax
 
 from jaxlib_papers.core import blocks, contract, results, stages
+from jaxlib_papers.core import config as config_lib
 from jaxlib_papers.core.contract import TrainKernel
 from jaxlib_papers.cp_fuse import data as data_lib
 from jaxlib_papers.cp_fuse import fusion, kernel, metrics, models
+from jaxlib_papers.cp_fuse.configs import default as default_config
 
 
 class BenchmarkSettings(NamedTuple):
@@ -326,6 +328,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
   Training resumes from ``workdir/lm``; ``workdir/results.json`` is written after the
   evaluation.
   """
+  config_lib.validate(config, default_config.CONSTRAINTS)
   settings = settings_from_config(config)
   bench = make_benchmark(settings)
   lm = lm_kernel(settings)

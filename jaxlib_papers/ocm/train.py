@@ -20,9 +20,11 @@ import ml_collections
 import numpy as np
 import optax
 
+from jaxlib_papers.core import config as config_lib
 from jaxlib_papers.core import contract, results, stages
 from jaxlib_papers.ocm import data as data_lib
 from jaxlib_papers.ocm import diffusion, evaluate, gmm, kernel, models
+from jaxlib_papers.ocm.configs import default as default_config
 
 # The config groups each stage depends on (its resume fingerprint). ``dsm_steps`` makes the
 # heads depend on how long the backbone they sit on was trained.
@@ -213,7 +215,8 @@ def train(config: ml_collections.ConfigDict, workdir: pathlib.Path | None, parts
   settings = settings_from_config(config, parts)
   dsm_kernel, head_kernel = _kernels(settings, jnp.zeros((2, *parts["shape"]), jnp.float32))
   staged = config.copy_and_resolve_references()
-  staged.dsm_steps = settings.dsm_stage.num_steps
+  with staged.unlocked():  # a launcher's config (config_flags) comes locked
+    staged.dsm_steps = settings.dsm_stage.num_steps
   program = (
       _stage("dsm", lambda _: dsm_kernel,
              settings.dsm_stage._replace(num_steps=0 if backbone is not None
@@ -273,6 +276,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
   Returns:
     A :class:`Result`.
   """
+  config_lib.validate(config, default_config.CONSTRAINTS)
   parts = build(config)
   verbose = (not config.loop.get("quiet", False)) if verbose is None else verbose
   workdir = None if workdir is None else pathlib.Path(workdir)

@@ -26,7 +26,9 @@ def test_settings_are_read_once_per_variant():
 def test_max_epochs_must_be_a_positive_multiple_before_training(max_epochs):
   config = dataset_config("linear", "smoke")
   config.optim.max_epochs = max_epochs
-  with pytest.raises(ValueError, match=r"optim.max_epochs must be a positive multiple"):
+  # 0: the config's constraint (an integer >= 1); 5: not a multiple of epochs_per_step = 3.
+  with pytest.raises(ValueError, match=r"optim.max_epochs (must be a positive multiple|"
+                                       r"= 0: expected an integer >= 1)"):
     train.run(config, dataset=_dataset(1))   # fails before the (unusable) data is split
 
 

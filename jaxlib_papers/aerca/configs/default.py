@@ -69,7 +69,7 @@ DATASET_DEFAULTS = {
 _PRESETS = {
     "smoke": {"num_seeds": 2, "data.num_test": 6, "data.length": 120,
               "optim.lr": 1e-3, "optim.max_epochs": 6, "optim.epochs_per_step": 3,
-              "model.hidden": 16, "loop.quiet": True},
+              "model.hidden": 16},
     "cpu": {"num_seeds": 3, "data.num_test": 50, "optim.lr": 1e-3, "optim.max_epochs": 800,
             "optim.epochs_per_step": 10, "loop.log_every": 100},
     "full": {},
@@ -85,6 +85,27 @@ DATASET_PRESETS = {
     ("lorenz96", "cpu"): {"data.num_vars": 10, "data.length": 500, "optim.max_epochs": 200},
     ("lotka_volterra", "smoke"): {"data.num_vars": 8, "model.layers": 1},
     ("lotka_volterra", "cpu"): {"data.num_vars": 20, "data.length": 1000},
+}
+
+
+C = config_lib
+# What every key allows, checked when a config is built and again by ``train.run`` and the
+# launcher (after command-line overrides), before any data is generated.
+CONSTRAINTS = {
+    "seed": C.at_least(0), "num_seeds": C.at_least(1), "dataset": C.one_of(*DATASETS),
+    "data.seed": C.at_least(0), "data.num_train": C.at_least(2), "data.num_val": C.at_least(1),
+    "data.num_test": C.at_least(1), "data.length": C.at_least(4), "data.num_vars": C.at_least(2),
+    "model.lag": C.at_least(1), "model.hidden": C.at_least(1), "model.layers": C.at_least(1),
+    **{f"loss.{k}": C.non_negative() for k in ("lambda_encoder", "lambda_decoder",
+                                              "gamma_encoder", "gamma_decoder", "beta")},
+    "loss.alpha": C.in_range(0.0, 1.0), "loss.kl_form": C.one_of("code", "paper"),
+    "loss.smooth_axis": C.one_of("lag", "time"),
+    "optim.lr": C.positive(), "optim.max_epochs": C.at_least(1),
+    "optim.patience": C.at_least(1), "optim.epochs_per_step": C.at_least(1),
+    "variants": C.each(C.one_of("aerca", "paper_kl", "encoder_only")),
+    "eval.max_k": C.at_least(1), "eval.pot_risk": C.in_range(0.0, 1.0, low_open=True),
+    "eval.pot_level": C.in_range(0.0, 1.0, low_open=True, high_open=True),
+    "loop.log_every": C.at_least(1), "loop.checkpoint_every": C.at_least(1),
 }
 
 
@@ -106,4 +127,4 @@ def dataset_config(dataset: str, preset: str = "smoke", **overrides):
     config_lib.apply_overrides(config, {**DATASET_DEFAULTS[dataset], **_PRESETS[preset],
                                         **DATASET_PRESETS.get((dataset, preset), {}),
                                         **overrides})
-  return config
+  return C.validate(config, CONSTRAINTS)

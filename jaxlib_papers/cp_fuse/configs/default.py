@@ -10,6 +10,7 @@ of pair k on corpus i), then every decoding rule is evaluated on every protected
 
 from __future__ import annotations
 
+from jaxlib_papers.core import config as C
 from jaxlib_papers.core.config import make_config
 
 _BASE = dict(
@@ -59,7 +60,6 @@ _OVERRIDES = {
         "train.protect_prob": 0.5, "train.warmup_steps": 10,
         "eval.num_heldout": 8, "eval.free_seeds": 1, "eval.infringement_tokens": 8,
         "loop.num_steps": 60, "loop.log_every": 30, "loop.checkpoint_every": 60,
-        "loop.quiet": True,
     },
     "cpu": {},
     "full": {
@@ -75,6 +75,28 @@ _OVERRIDES = {
 }
 
 
+# What every key allows, checked when a config is built and again by ``train.run`` and the
+# launcher (after command-line overrides), before anything compiles.
+CONSTRAINTS = {
+    "seed": C.at_least(0),
+    **{f"data.{k}": C.at_least(1) for k in (
+        "num_corpus_sentences", "num_heldout_sentences", "num_protected", "prefix_len",
+        "continuation_len", "separation_n")},
+    "data.zipf": C.non_negative(),
+    **{f"model.{k}": C.at_least(1) for k in ("d_model", "num_layers", "num_heads", "mlp_dim")},
+    "train.num_pairs": C.at_least(1), "train.batch_size": C.at_least(1),
+    "train.protect_prob": C.in_range(0.0, 1.0), "train.lr": C.positive(),
+    "train.warmup_steps": C.at_least(0), "train.weight_decay": C.non_negative(),
+    "train.grad_clip": C.positive(), "train.steps_per_call": C.at_least(1),
+    "fusion.grid_size": C.at_least(2), "fusion.bisection_iterations": C.at_least(1),
+    "fusion.cp_delta_coef": C.in_range(0.0, 1.0), "fusion.memfree_n": C.at_least(1),
+    "eval.num_heldout": C.at_least(1), "eval.free_seeds": C.at_least(1),
+    "eval.temperature": C.positive(), "eval.infringement_tokens": C.at_least(1),
+    "loop.num_steps": C.at_least(1), "loop.log_every": C.at_least(1),
+    "loop.checkpoint_every": C.at_least(1),
+}
+
+
 def get_config(preset: str = "smoke"):
   """The CP-Fuse config of ``preset`` (smoke | cpu | full)."""
-  return make_config(preset, _BASE, _OVERRIDES)
+  return make_config(preset, _BASE, _OVERRIDES, constraints=CONSTRAINTS)

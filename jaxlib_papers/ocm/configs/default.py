@@ -14,6 +14,7 @@ steps and must be multiples of ``dsm.steps_per_call`` (``head_loop``: of
 
 from __future__ import annotations
 
+from jaxlib_papers.core import config as C
 from jaxlib_papers.core.config import make_config
 
 _BASE = dict(
@@ -78,9 +79,7 @@ _OVERRIDES = {
         "eval.num_nelbo": 1024, "eval.num_samples": 1024, "eval.analytic_samples": 512,
         "eval.error_samples": 1024,
         "loop.num_steps": 600, "loop.log_every": 300, "loop.checkpoint_every": 600,
-        "loop.quiet": True,
         "head_loop.num_steps": 300, "head_loop.log_every": 150, "head_loop.checkpoint_every": 300,
-        "head_loop.quiet": True,
     },
     "cpu": {},
     "full": {
@@ -104,6 +103,39 @@ _OVERRIDES = {
 }
 
 
+def _loop(group: str) -> dict[str, C.Constraint]:
+  return {f"{group}.num_steps": C.at_least(0), f"{group}.log_every": C.at_least(1),
+          f"{group}.checkpoint_every": C.at_least(1)}
+
+
+def _optim(group: str) -> dict[str, C.Constraint]:
+  return {f"{group}.batch_size": C.at_least(1), f"{group}.lr": C.positive(),
+          f"{group}.warmup_steps": C.at_least(0), f"{group}.steps_per_call": C.at_least(1),
+          f"{group}.ema_decay": C.in_range(0.0, 1.0, high_open=True)}
+
+
+# What every key allows, checked when a config is built and again by ``train.run`` and the
+# launcher (after command-line overrides), before anything compiles.
+CONSTRAINTS = {
+    "seed": C.at_least(0),
+    "data.name": C.one_of("ring2d", "gmm", "gmm16", "cifar10", "digits"),
+    "data.num_modes": C.at_least(1), "data.std": C.positive(), "data.dim": C.at_least(1),
+    "schedule.kind": C.one_of("linear", "cosine"), "schedule.num_steps": C.at_least(2),
+    "model.kind": C.one_of("mlp", "unet"), "model.width": C.at_least(1),
+    "model.depth": C.at_least(1), "model.head_hidden": C.at_least(1),
+    "model.head_depth": C.at_least(1),
+    **_optim("dsm"), "dsm.grad_clip": C.positive(),
+    **_optim("heads"), "heads.num_probes": C.at_least(1),
+    "heads.names": C.each(C.one_of("ocm", "sn", "npr")),
+    "heads.param": C.one_of("linear", "exp", "softplus"),
+    "heads.loss": C.one_of("mse", "rmse", "nll"),
+    "eval.sample_steps": C.each(C.at_least(1)), "eval.eta": C.in_range(0.0, 1.0),
+    "eval.num_nelbo": C.at_least(1), "eval.num_samples": C.at_least(1),
+    "eval.decoder": C.one_of("official", "method"),
+    **_loop("loop"), **_loop("head_loop"),
+}
+
+
 def get_config(preset: str = "smoke"):
   """The OCM config of ``preset`` (smoke | cpu | full)."""
-  return make_config(preset, _BASE, _OVERRIDES)
+  return make_config(preset, _BASE, _OVERRIDES, constraints=CONSTRAINTS)
