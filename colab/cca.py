@@ -40,8 +40,6 @@ if importlib.util.find_spec("jaxlib_papers") is None:
 # %%
 import os
 
-import matplotlib.pyplot as plt
-
 from jaxlib_papers.cca import plotting, toy, train
 from jaxlib_papers.cca.configs.default import get_config
 from jaxlib_papers.core import figures
@@ -66,13 +64,7 @@ tv = toy.total_variation(optima[3], toy.cfg_target(cond, prior, 1.0))
 print(f"lambda = Z = 1.2, beta = 1: TV to the s=1 CFG target = {tv:.1e}")
 print("token-level CFG at s=1, TV to the sequence target:",
       round(toy.total_variation(toy.token_cfg(cond, prior, 1.0), toy.cfg_target(cond, prior, 1.0)), 4))
-fig, ax = plt.subplots(figsize=(4, 2.6))
-ax.plot(lambdas, scales, "o-")
-ax.set_xlabel("lambda")
-ax.set_ylabel("best-fit guidance scale s")
-ax.set_title("toy: guidance strength rises with lambda", fontsize=9)
-plt.tight_layout()
-plt.show()
+figures.show(plotting.toy_strength(lambdas, scales))
 
 # %% [markdown]
 # ## Digits: pretrain, align with CCA (lambda sweep), sample with and without CFG

@@ -9,7 +9,8 @@ Public API:
 * :mod:`toy`: the exact two-token toy (expected loss in float64, its optimum, CFG targets).
 * :mod:`data`: tokenised sklearn digits; :mod:`evaluate`: accuracy, digit-IS, Fréchet
   distance, precision / recall, diversity, copies.
-* :mod:`train`: ``run(config, workdir)``; configs in ``configs/default.py``.
+* :mod:`train`: ``run(config, workdir) -> train.Result`` (two ``core.stages``, a typed
+  result); figures in :mod:`plotting`; configs in ``configs/default.py``.
 """
 
 from jaxlib_papers.cca import configs, data, evaluate, kernel, models, toy, train  # noqa: F401

@@ -1,11 +1,12 @@
 """Pure kernels of CCA: pretraining, the alignment losses (CCA, DPO, unlearning), samplers.
 
-* :func:`make_pretrain_kernel`: next-token cross-entropy with condition dropout to the null
-  label, R runs (seeds) in one program (``jax.vmap``).
+* :func:`pretrain_loss`: next-token cross-entropy with condition dropout to the null label;
+  :func:`make_pretrain_kernel` trains R runs (seeds) in one program.
 * :func:`alignment_loss`: condition contrastive alignment between the trained model theta
   and its frozen copy phi (the reference, a parameter pytree), with matched labels as
-  positives and rolled (or shuffled) labels as negatives; DPO and unlearning on the same
-  pairs. :func:`make_align_kernel` trains R runs (seeds x lambdas) at once.
+  positives and rolled (or shuffled) labels as negatives (:func:`negative_labels`); DPO and
+  unlearning on the same pairs (:func:`contrastive_objective`). :func:`make_align_kernel`
+  trains R runs (seeds x lambdas) at once.
 * :func:`make_sampler`: ancestral sampling as one ``lax.scan`` over positions, guidance-free
   or with classifier-free guidance (logits mixed at every token), with a KV cache or full
   prefix recompute.
@@ -17,11 +18,14 @@ P_i = M_i or c-_i == c_i the rows treated as positive (weight 1, sign +1; else l
   L_CCA = [ -mean log sigma(beta g(z, c)) - mean w_i log sigma(e_i beta g(z, c-)) ]
           / max(lambda, 1).
 
-No jit here: the caller (train_loop, a test) applies it.
+The kernels compose :mod:`core.blocks <jaxlib_papers.core.blocks>`: one member's step is a
+``blocks.gradient_step`` on the loss, the R members are ``blocks.vmap_members`` /
+``blocks.vmap_init`` over it. No jit here: the caller (train_loop, a test) applies it.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -32,7 +36,7 @@ import numpy as np
 import optax
 
 from jaxlib_papers.cca import models
-from jaxlib_papers.core import contract, prng
+from jaxlib_papers.core import blocks, contract, prng
 
 Array = jax.Array
 PyTree = Any
@@ -66,6 +70,11 @@ def _per_run(batch: dict[str, Array]) -> dict[str, Array]:
 
 # --------------------------------------------------------------------------- pretraining
 
+class PretrainSettings(NamedTuple):
+  label_dropout: float = 0.1   # p: share of rows whose label becomes null
+  null_label: int = 10         # index of the null label (K)
+
+
 class PretrainState(NamedTuple):
   step: Array        # [R] int32
   params: PyTree     # model params, each leaf [R, ...]
@@ -74,15 +83,30 @@ class PretrainState(NamedTuple):
 
 
 def pretrain_loss(logprob: LogProbFn, params: PyTree, tokens: Array, labels: Array,
-                  key: Array, label_dropout: float, null_label: int) -> Array:
+                  key: Array, settings: PretrainSettings) -> Array:
   """Mean next-token cross-entropy (nats / token) with labels dropped to null w.p. p.
 
   Args:
     tokens: [B, L] int; labels: [B] int in [0, K).
   """
-  drop = prng.bernoulli(key, label_dropout, labels.shape)
-  labels = jnp.where(drop, null_label, labels)
+  drop = prng.bernoulli(key, settings.label_dropout, labels.shape)
+  labels = jnp.where(drop, settings.null_label, labels)
   return -jnp.mean(logprob(params, labels, tokens)) / tokens.shape[-1]
+
+
+def _pretrain_init_member(model: models.ARTransformer, optimizer: optax.GradientTransformation,
+                          key: Array) -> PretrainState:
+  k_init, k_state = jax.random.split(key)
+  params = model.init(k_init, jnp.zeros((1,), jnp.int32),
+                      jnp.zeros((1, model.length), jnp.int32))
+  return PretrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params), k_state)
+
+
+def _pretrain_step_member(update: Callable[..., blocks.Update], settings: PretrainSettings,
+                          state: PretrainState, batch: dict[str, Array]):
+  key, sub = jax.random.split(state.key)
+  out = update(state.params, state.opt_state, batch["tokens"], batch["labels"], sub, settings)
+  return PretrainState(state.step + 1, out.params, out.opt_state, key), {"loss": out.loss}
 
 
 def make_pretrain_kernel(model: models.ARTransformer, optimizer: optax.GradientTransformation,
@@ -90,41 +114,28 @@ def make_pretrain_kernel(model: models.ARTransformer, optimizer: optax.GradientT
                          ) -> contract.TrainKernel:
   """Class-conditional pretraining of R independent runs (one per seed) in one program.
 
-  ``train_step(state, batch)``: batch {"tokens": [B, R, L], "labels": [B, R]}.
+  ``train_step(state, batch)``: batch {"tokens": [B, R, L], "labels": [B, R]}; metrics the
+  mean and max loss over runs. Extra ``evaluate(params [R, ...], tokens [N, L], labels [N])
+  -> [R]`` per-run test NLL (nats / token).
   """
   if num_runs < 1:
     raise ValueError(f"num_runs must be >= 1, got {num_runs}")
   if not 0.0 <= label_dropout < 1.0:
     raise ValueError(f"label_dropout must be in [0, 1), got {label_dropout}")
   logprob = sequence_logprob(model)
-  null = model.num_classes
-
-  def init_one(key: Array) -> PretrainState:
-    k_init, k_state = jax.random.split(key)
-    params = model.init(k_init, jnp.zeros((1,), jnp.int32),
-                        jnp.zeros((1, model.length), jnp.int32))
-    return PretrainState(jnp.zeros((), jnp.int32), params, optimizer.init(params), k_state)
-
-  def init(key: Array) -> PretrainState:
-    return jax.vmap(init_one)(jax.random.split(key, num_runs))
-
-  def step_one(state: PretrainState, batch: dict[str, Array]):
-    key, sub = jax.random.split(state.key)
-    loss, grads = jax.value_and_grad(pretrain_loss, argnums=1)(
-        logprob, state.params, batch["tokens"], batch["labels"], sub, label_dropout, null)
-    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    return PretrainState(state.step + 1, params, opt_state, key), loss
+  settings = PretrainSettings(label_dropout, model.num_classes)
+  update = blocks.gradient_step(functools.partial(pretrain_loss, logprob), optimizer)
+  members = blocks.vmap_members(functools.partial(_pretrain_step_member, update, settings),
+                                batch_axis=0, rules={"loss": ("mean", "max")})
 
   def train_step(state: PretrainState, batch: dict[str, Array]):
     _check_batch(batch, num_runs)
-    state, losses = jax.vmap(step_one)(state, _per_run(batch))
-    return state, {"loss": jnp.mean(losses), "loss_max": jnp.max(losses)}
+    return members(state, _per_run(batch))
 
   def evaluate(params: PyTree, tokens: Array, labels: Array) -> Array:
-    """Per-run test NLL (nats / token) of runs' params [R, ...] on tokens [N, L]."""
     return jax.vmap(lambda p: -jnp.mean(logprob(p, labels, tokens)) / tokens.shape[-1])(params)
 
+  init = blocks.vmap_init(functools.partial(_pretrain_init_member, model, optimizer), num_runs)
   return contract.train_kernel(init, train_step, evaluate=evaluate)
 
 
@@ -173,6 +184,24 @@ def negative_labels(labels: Array, key: Array, settings: AlignSettings
   return labels, negatives, uncond, uncond | collide
 
 
+def contrastive_objective(gap_pos: Array, gap_neg: Array, positive: Array, lam: Array,
+                          settings: AlignSettings) -> Array:
+  """The loss [] of the gaps g(z, c) [B] and g(z, c-) [B] (positive [B]: weight 1, sign +1).
+
+  CCA and unlearning are divided by max(lambda, 1); DPO ignores lambda.
+  """
+  beta = settings.beta
+  weight = jnp.where(positive, 1.0, lam)
+  sign = jnp.where(positive, 1.0, -1.0)
+  if settings.loss == "cca":
+    loss = (-jnp.mean(jax.nn.log_sigmoid(beta * gap_pos))
+            - jnp.mean(weight * jax.nn.log_sigmoid(sign * beta * gap_neg)))
+    return loss / jnp.maximum(lam, 1.0)
+  if settings.loss == "unlearn":
+    return (-jnp.mean(gap_pos) - jnp.mean(weight * sign * gap_neg)) / jnp.maximum(lam, 1.0)
+  return -jnp.mean(jax.nn.log_sigmoid(beta * (gap_pos - gap_neg)))  # dpo
+
+
 def alignment_loss(logprob: LogProbFn, params: PyTree, reference: PyTree, tokens: Array,
                    labels: Array, key: Array, lam: Array | float, settings: AlignSettings
                    ) -> tuple[Array, dict[str, Array]]:
@@ -198,18 +227,8 @@ def alignment_loss(logprob: LogProbFn, params: PyTree, reference: PyTree, tokens
   reference = jax.lax.stop_gradient(reference)
   gap = logprob(params, both_labels, both_tokens) - logprob(reference, both_labels, both_tokens)
   gap_pos, gap_neg = gap[:batch], gap[batch:]
-  beta = settings.beta
-  lam = jnp.asarray(lam, gap.dtype)
-  weight = jnp.where(positive, 1.0, lam)
-  sign = jnp.where(positive, 1.0, -1.0)
-  if settings.loss == "cca":
-    loss = (-jnp.mean(jax.nn.log_sigmoid(beta * gap_pos))
-            - jnp.mean(weight * jax.nn.log_sigmoid(sign * beta * gap_neg)))
-    loss = loss / jnp.maximum(lam, 1.0)
-  elif settings.loss == "unlearn":
-    loss = (-jnp.mean(gap_pos) - jnp.mean(weight * sign * gap_neg)) / jnp.maximum(lam, 1.0)
-  else:  # dpo
-    loss = -jnp.mean(jax.nn.log_sigmoid(beta * (gap_pos - gap_neg)))
+  loss = contrastive_objective(gap_pos, gap_neg, positive, jnp.asarray(lam, gap.dtype),
+                               settings)
   aux = {"gap_pos": jnp.mean(gap_pos), "gap_neg": jnp.mean(gap_neg),
          "pair_accuracy": jnp.mean((gap_pos > gap_neg).astype(gap.dtype))}
   return loss, aux
@@ -224,6 +243,34 @@ class AlignState(NamedTuple):
   key: Array         # [R] typed PRNG keys
 
 
+def _align_init_member(optimizer: optax.GradientTransformation, treedef: Any, key: Array,
+                       lam: Array, *reference_leaves: Array) -> AlignState:
+  # The reference arrives as its leaves: blocks.vmap_init maps arrays, not pytrees.
+  reference = jax.tree.unflatten(treedef, reference_leaves)
+  return AlignState(jnp.zeros((), jnp.int32), reference, reference, lam,
+                    optimizer.init(reference), key)
+
+
+def _align_step_member(update: Callable[..., blocks.Update], settings: AlignSettings,
+                       state: AlignState, batch: dict[str, Array]):
+  key, sub = jax.random.split(state.key)
+  out = update(state.params, state.opt_state, state.reference, batch["tokens"],
+               batch["labels"], sub, state.lam, settings)
+  return (AlignState(state.step + 1, out.params, state.reference, state.lam, out.opt_state,
+                     key), {"loss": out.loss, **out.aux})
+
+
+def _check_lambdas(lambdas: Array, references: PyTree) -> np.ndarray:
+  lambdas = np.asarray(lambdas, np.float32)
+  if lambdas.ndim != 1 or np.any(lambdas < 0) or not np.all(np.isfinite(lambdas)):
+    raise ValueError(f"lambdas must be a 1-D array of finite values >= 0, got {lambdas}")
+  leading = {x.shape[0] for x in jax.tree.leaves(references)}
+  if leading != {lambdas.shape[0]}:
+    raise ValueError(f"references must have a leading run axis of {lambdas.shape[0]} (one "
+                     f"per lambda); got leading sizes {sorted(leading)}")
+  return lambdas
+
+
 def make_align_kernel(logprob: LogProbFn, optimizer: optax.GradientTransformation,
                       settings: AlignSettings, references: PyTree, lambdas: Array
                       ) -> contract.TrainKernel:
@@ -236,44 +283,31 @@ def make_align_kernel(logprob: LogProbFn, optimizer: optax.GradientTransformatio
     references: phi of each run, leaves [R, ...]; theta starts there (g = 0 at step 0).
     lambdas: [R] lambda >= 0 of each run.
 
-  ``train_step(state, batch)``: batch {"tokens": [B, R, L], "labels": [B, R]}.
+  ``train_step(state, batch)``: batch {"tokens": [B, R, L], "labels": [B, R]}; metrics the
+  means over runs.
   """
   settings = check_settings(settings)
-  lambdas = np.asarray(lambdas, np.float32)
-  if lambdas.ndim != 1 or np.any(lambdas < 0) or not np.all(np.isfinite(lambdas)):
-    raise ValueError(f"lambdas must be a 1-D array of finite values >= 0, got {lambdas}")
+  lambdas = _check_lambdas(lambdas, references)
   num_runs = lambdas.shape[0]
-  leading = {x.shape[0] for x in jax.tree.leaves(references)}
-  if leading != {num_runs}:
-    raise ValueError(f"references must have a leading run axis of {num_runs} (one per "
-                     f"lambda); got leading sizes {sorted(leading)}")
-
   host_refs = jax.tree.map(np.asarray, references)
   ref_shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), host_refs)
+  init_member = functools.partial(_align_init_member, optimizer,
+                                  jax.tree.structure(host_refs))
+  update = blocks.gradient_step(functools.partial(alignment_loss, logprob), optimizer,
+                                has_aux=True)
+  members = blocks.vmap_members(functools.partial(_align_step_member, update, settings),
+                                batch_axis=0)
 
   def init(key: Array) -> AlignState:
     # The references come in through a host callback rather than as closed-over constants:
     # XLA would otherwise embed (and constant-fold through) every run's parameters, which
     # took minutes to compile at the cpu preset.
     refs = jax.pure_callback(lambda: host_refs, ref_shapes)
-    keys = jax.random.split(key, num_runs)
-    return AlignState(jnp.zeros((num_runs,), jnp.int32), refs, refs,
-                      jnp.asarray(lambdas), jax.vmap(optimizer.init)(refs), keys)
-
-  def step_one(state: AlignState, batch: dict[str, Array]):
-    key, sub = jax.random.split(state.key)
-    (loss, aux), grads = jax.value_and_grad(alignment_loss, argnums=1, has_aux=True)(
-        logprob, state.params, state.reference, batch["tokens"], batch["labels"], sub,
-        state.lam, settings)
-    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    return (AlignState(state.step + 1, params, state.reference, state.lam, opt_state, key),
-            {"loss": loss, **aux})
+    return blocks.vmap_init(init_member, num_runs, lambdas, *jax.tree.leaves(refs))(key)
 
   def train_step(state: AlignState, batch: dict[str, Array]):
     _check_batch(batch, num_runs)
-    state, metrics = jax.vmap(step_one)(state, _per_run(batch))
-    return state, jax.tree.map(jnp.mean, metrics)
+    return members(state, _per_run(batch))
 
   return contract.train_kernel(init, train_step)
 

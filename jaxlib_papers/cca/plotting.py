@@ -24,15 +24,18 @@ def sample_grid(ax, tokens: np.ndarray, labels: np.ndarray, levels: int, title: 
   ax.set_yticks([])
 
 
-def tradeoff(ax, result: dict) -> None:
-  """Accuracy against diversity: the CFG curve (base, s) and the CCA lambda sweep."""
-  metrics = result["metrics"]
-  cfg = ["base"] + [k for k in metrics if k.startswith("cfg ")]
-  cca = [k for k in metrics if k.startswith("cca lambda=")]
+def tradeoff(ax, result) -> None:
+  """Accuracy against diversity: the CFG curve (base, s) and the CCA lambda sweep.
+
+  ``result``: a :class:`train.Result` (means and stds over seeds from its ``summary``).
+  """
+  stats = {row["setting"]: row for row in result.summary}
+  cfg = ["base"] + [k for k in stats if k.startswith("cfg ")]
+  cca = [k for k in stats if k.startswith("cca lambda=")]
   for names, marker, label in ((cfg, "o-", "CFG scale s"), (cca, "s-", "CCA lambda")):
-    div = [np.mean(metrics[n]["diversity"]) for n in names]
-    acc = [np.mean(metrics[n]["accuracy"]) for n in names]
-    err = [np.std(metrics[n]["accuracy"]) for n in names]
+    div = [stats[n]["diversity"] for n in names]
+    acc = [stats[n]["accuracy"] for n in names]
+    err = [stats[n]["accuracy_std"] for n in names]
     ax.errorbar(div, acc, yerr=err, fmt=marker, ms=4, capsize=2, label=label)
     for n, x, y in zip(names, div, acc):
       ax.annotate(n.split()[-1].replace("lambda=", "λ=").replace("base", "s=0"), (x, y),
@@ -43,21 +46,34 @@ def tradeoff(ax, result: dict) -> None:
   ax.invert_xaxis()
 
 
-def figure(result: dict, levels: int, path=None, dpi: int = 80):
+def figure(result, levels: int, path=None, dpi: int = 80) -> Figure:
   """Sample grids (base, best CFG, main CCA, CCA + CFG) and the trade-off plot."""
-  metrics, samples, labels = result["metrics"], result["samples"], result["labels"]
-  cfg = [k for k in metrics if k.startswith("cfg ")]
-  best_cfg = max(cfg, key=lambda k: np.mean(metrics[k]["accuracy"])) if cfg else "base"
-  main = f"cca lambda={result['main_lambda']:g}"
-  both = [k for k in metrics if k.startswith("cca+cfg")]
+  stats = {row["setting"]: row for row in result.summary}
+  cfg = [k for k in stats if k.startswith("cfg ")]
+  best_cfg = max(cfg, key=lambda k: stats[k]["accuracy"]) if cfg else "base"
+  main = f"cca lambda={result.main_lambda:g}"
+  both = [k for k in stats if k.startswith("cca+cfg")]
   shown = ["base", best_cfg, main] + both[:1]
   fig = Figure(figsize=(2.2 * (len(shown) + 1.6), 3.0), layout="tight")
   axes = fig.subplots(1, len(shown) + 1,
                       gridspec_kw={"width_ratios": [1] * len(shown) + [1.8]})
   for ax, name in zip(axes, shown):
-    acc = np.mean(metrics[name]["accuracy"])
-    sample_grid(ax, samples[name][0], labels, levels, f"{name}\nacc {acc:.0f}%")
+    sample_grid(ax, result.samples[name][0], result.labels, levels,
+                f"{name}\nacc {stats[name]['accuracy']:.0f}%")
   tradeoff(axes[-1], result)
+  if path is not None:
+    figures.save(fig, path, dpi=dpi)
+  return fig
+
+
+def toy_strength(lambdas, scales, path=None, dpi: int = 80) -> Figure:
+  """The exact toy: the best-fit guidance scale s of CCA's optimum against lambda."""
+  fig = Figure(figsize=(4, 2.6), layout="tight")
+  ax = fig.subplots()
+  ax.plot(lambdas, scales, "o-")
+  ax.set_xlabel("lambda")
+  ax.set_ylabel("best-fit guidance scale s")
+  ax.set_title("toy: guidance strength rises with lambda", fontsize=9)
   if path is not None:
     figures.save(fig, path, dpi=dpi)
   return fig

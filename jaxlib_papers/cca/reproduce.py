@@ -32,15 +32,6 @@ PAPER_SWEEP = ("Fig. 6-7: lambda sweeps an FID-IS curve like the CFG scale's, CC
 PAPER_CFG = "Fig. 8: CFG still improves CCA models (needs the unconditional rows)"
 
 
-def _mean(result, name, key):
-  return float(np.mean(result["metrics"][name][key]))
-
-
-def _fmt(result, name, key, digits=1):
-  values = result["metrics"][name][key]
-  return f"{np.mean(values):.{digits}f} ± {np.std(values):.{digits}f}"
-
-
 def toy_claims(sampled_tv: float | None = None) -> tuple[list[Claim], str]:
   """Claim 1 from the exact float64 toy (and the sampled-minibatch TV when given)."""
   from jaxlib_papers.cca import toy  # pylint: disable=g-import-not-at-top
@@ -105,33 +96,46 @@ def sampled_toy_tv(num_steps: int = 600) -> float:
   return toy.total_variation(learned, toy.cfg_target(cond, prior, 1.0))
 
 
-def digit_claims(result: dict) -> list[Claim]:
-  """Claims 2-4 from a :func:`train.run` result."""
-  metrics = result["metrics"]
-  lambdas = result["lambdas"]
-  main = f"cca lambda={result['main_lambda']:g}"
-  cfg = [k for k in metrics if k.startswith("cfg ")]
-  scales = [0.0] + [float(k.split("=")[1]) for k in cfg]
-  cfg_names = ["base"] + cfg
-  acc = {k: _mean(result, k, "accuracy") for k in metrics}
-  div = {k: _mean(result, k, "diversity") for k in metrics}
+def _stats(result) -> dict[str, dict[str, float]]:
+  """{setting: its row of ``result.summary``} (means and ``_std`` over seeds)."""
+  return {row["setting"]: row for row in result.summary}
+
+
+def _fmt(stats, name, key, digits=1):
+  row = stats[name]
+  return f"{row[key]:.{digits}f} ± {row[key + '_std']:.{digits}f}"
+
+
+def _headline_claims(result, stats) -> list[Claim]:
+  """Claim 2: one CCA epoch against the base model and the best CFG row."""
+  main = f"cca lambda={result.main_lambda:g}"
+  cfg_names = ["base"] + [k for k in stats if k.startswith("cfg ")]
+  acc = {k: stats[k]["accuracy"] for k in stats}
   base, best_cfg = acc["base"], max(acc[k] for k in cfg_names)
   best_cfg_name = max(cfg_names, key=lambda k: acc[k])
   gain, gap = acc[main] - base, best_cfg - base
-  fd_main, fd_base = _mean(result, main, "fd"), _mean(result, "base", "fd")
-  steps = result.get("align_steps", "?")
-  claims = [
-      Claim(f"digits: guidance-free CCA ({main}, {steps} steps = one epoch) accuracy >= base "
-            "+ 5 points and closes >= half the gap to the best CFG accuracy",
+  return [
+      Claim(f"digits: guidance-free CCA ({main}, {result.align_steps} steps = one epoch) "
+            "accuracy >= base + 5 points and closes >= half the gap to the best CFG accuracy",
             PAPER_MAIN,
-            f"base {_fmt(result, 'base', 'accuracy')}, CCA {_fmt(result, main, 'accuracy')}, "
-            f"best CFG ({best_cfg_name}) {_fmt(result, best_cfg_name, 'accuracy')}; gain "
+            f"base {_fmt(stats, 'base', 'accuracy')}, CCA {_fmt(stats, main, 'accuracy')}, "
+            f"best CFG ({best_cfg_name}) {_fmt(stats, best_cfg_name, 'accuracy')}; gain "
             f"{gain:+.1f}, gap closed {gain / gap if gap > 0 else float('nan'):.2f}",
             bool(gain >= 5.0 and gap > 0 and gain >= 0.5 * gap)),
       Claim("digits: CCA Fréchet distance no worse than the base model's", PAPER_MAIN,
-            f"base {_fmt(result, 'base', 'fd', 2)}, CCA {_fmt(result, main, 'fd', 2)}",
-            bool(fd_main <= fd_base)),
+            f"base {_fmt(stats, 'base', 'fd', 2)}, CCA {_fmt(stats, main, 'fd', 2)}",
+            bool(stats[main]["fd"] <= stats["base"]["fd"])),
   ]
+
+
+def _sweep_claims(result, stats) -> list[Claim]:
+  """Claim 3: the lambda sweep against the CFG scale (rank correlations, matched diversity)."""
+  lambdas = result.lambdas
+  cfg = [k for k in stats if k.startswith("cfg ")]
+  scales = [0.0] + [float(k.split("=")[1]) for k in cfg]
+  cfg_names = ["base"] + cfg
+  acc = {k: stats[k]["accuracy"] for k in stats}
+  div = {k: stats[k]["diversity"] for k in stats}
   cca_names = [f"cca lambda={lam:g}" for lam in lambdas]
   rho = {
       "cca acc": scipy.stats.spearmanr(lambdas, [acc[k] for k in cca_names])[0],
@@ -141,10 +145,6 @@ def digit_claims(result: dict) -> list[Claim]:
   }
   monotone = all(rho[k] >= 0.8 for k in ("cca acc", "cfg acc")) and all(
       rho[k] <= -0.8 for k in ("cca div", "cfg div"))
-  claims.append(Claim(
-      "digits: lambda trades diversity for accuracy like the CFG scale (Spearman of accuracy "
-      ">= 0.8, of diversity <= -0.8, both knobs)", PAPER_SWEEP,
-      ", ".join(f"{k} {v:+.2f}" for k, v in rho.items()), bool(monotone)))
   # Matched diversity: interpolate the CFG curve's accuracy at each CCA point's diversity.
   order = np.argsort([div[k] for k in cfg_names])
   cfg_div = np.array([div[cfg_names[i]] for i in order])
@@ -153,24 +153,41 @@ def digit_claims(result: dict) -> list[Claim]:
   for name in cca_names[1:] if lambdas[0] == 0 else cca_names:
     if cfg_div[0] <= div[name] <= cfg_div[-1]:
       gaps.append((name, acc[name] - float(np.interp(div[name], cfg_div, cfg_acc))))
-  claims.append(Claim(
-      "digits: at matched diversity CCA is at most 3 points below the CFG curve", PAPER_SWEEP,
-      "; ".join(f"{n.split()[-1]}: {g:+.1f}" for n, g in gaps) or
-      "no CCA point inside the CFG curve's diversity range",
-      bool(gaps) and all(g >= -3.0 for _, g in gaps)))
+  return [
+      Claim("digits: lambda trades diversity for accuracy like the CFG scale (Spearman of "
+            "accuracy >= 0.8, of diversity <= -0.8, both knobs)", PAPER_SWEEP,
+            ", ".join(f"{k} {v:+.2f}" for k, v in rho.items()), bool(monotone)),
+      Claim("digits: at matched diversity CCA is at most 3 points below the CFG curve",
+            PAPER_SWEEP, "; ".join(f"{n.split()[-1]}: {g:+.1f}" for n, g in gaps) or
+            "no CCA point inside the CFG curve's diversity range",
+            bool(gaps) and all(g >= -3.0 for _, g in gaps)),
+  ]
+
+
+def _side_claims(result, stats) -> list[Claim]:
+  """Claim 4: lambda = 0 stays at the base; CFG on top of CCA still helps."""
+  main = f"cca lambda={result.main_lambda:g}"
+  claims = []
   zero = "cca lambda=0"
-  if zero in metrics:
+  if zero in stats:
     claims.append(Claim(
         "digits: lambda = 0 keeps accuracy within 2 points of the base", "-",
-        f"base {_fmt(result, 'base', 'accuracy')}, lambda=0 {_fmt(result, zero, 'accuracy')}",
-        bool(abs(acc[zero] - base) <= 2.0)))
-  both = [k for k in metrics if k.startswith("cca+cfg")]
+        f"base {_fmt(stats, 'base', 'accuracy')}, lambda=0 {_fmt(stats, zero, 'accuracy')}",
+        bool(abs(stats[zero]["accuracy"] - stats["base"]["accuracy"]) <= 2.0)))
+  both = [k for k in stats if k.startswith("cca+cfg")]
   if both:
     claims.append(Claim(
         f"digits: CFG on top of CCA still helps ({both[0]} vs {main})", PAPER_CFG,
-        f"CCA {_fmt(result, main, 'accuracy')}, CCA+CFG {_fmt(result, both[0], 'accuracy')}",
-        bool(acc[both[0]] > acc[main])))
+        f"CCA {_fmt(stats, main, 'accuracy')}, CCA+CFG {_fmt(stats, both[0], 'accuracy')}",
+        bool(stats[both[0]]["accuracy"] > stats[main]["accuracy"])))
   return claims
+
+
+def digit_claims(result) -> list[Claim]:
+  """Claims 2-4 from a :class:`train.Result` (means over seeds from its ``summary``)."""
+  stats = _stats(result)
+  return (_headline_claims(result, stats) + _sweep_claims(result, stats)
+          + _side_claims(result, stats))
 
 
 @register("cca", cpu_seconds=145)
@@ -188,10 +205,10 @@ def check(ctx: Context) -> list[Claim]:
   table = train.summary_table(result)
   (ctx.report_dir / "cca_tables.md").write_text(
       f"## exact toy\n\n{toy_table}\n\n## digits ({config.num_seeds} seeds, mean ± std)\n\n"
-      f"{table}\n\nSVC test accuracy on real digits: {result['classifier_accuracy']:.3f}; "
-      f"pretrained test NLL (nats/token): {np.round(result['test_nll'], 4).tolist()}; "
-      f"timing (s): {json.dumps({k: round(v, 1) for k, v in result['timing'].items()})}\n")
-  summary = {name: {k: v.tolist() for k, v in m.items()} for name, m in result["metrics"].items()}
+      f"{table}\n\nSVC test accuracy on real digits: {result.classifier_accuracy:.3f}; "
+      f"pretrained test NLL (nats/token): {np.round(result.test_nll, 4).tolist()}; "
+      f"timing (s): {json.dumps({k: round(v, 1) for k, v in result.timing.items()})}\n")
+  summary = {name: {k: v.tolist() for k, v in m.items()} for name, m in result.metrics.items()}
   (ctx.report_dir / "cca.json").write_text(json.dumps(summary, indent=1))
   from jaxlib_papers.cca import plotting  # pylint: disable=g-import-not-at-top
   plotting.figure(result, config.data.levels, ctx.report_dir / "cca_samples.png")

@@ -15,7 +15,6 @@ p^s(x|c) ∝ p(x|c) [p(x|c) / p(x)]^s, s = 1 / beta, which it equals when lambda
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import jax
@@ -131,8 +130,10 @@ def newton_solver(loss_fn, unravel, *, tolerance: float = 1e-13, floor: float = 
                          lambda s: unravel(s.flat))
 
 
-@functools.partial(jax.jit, static_argnames=("max_iterations",))
-def _solve(conditionals: Array, prior: Array, beta: Array, lam: Array, max_iterations: int):
+def solve(conditionals: Array, prior: Array, beta: Array, lam: Array, max_iterations: int
+          ) -> tuple[Array, Array]:
+  """The optimum [K, 4] of the expected CCA loss from phi = the data, and the final gradient
+  norm [] (pure; :func:`exact_optimum` jits it with ``max_iterations`` static)."""
   reference = tabular_params(conditionals)
   flat, unravel = ravel_pytree(reference)
   solver = newton_solver(
@@ -152,9 +153,9 @@ def exact_optimum(beta: float, lam: float, conditionals: np.ndarray = TOY_CONDIT
     raise RuntimeError("exact_optimum needs float64: wrap it in core.precision.enable_x64()")
   if not beta > 0 or not lam >= 0:
     raise ValueError(f"beta must be > 0 and lam >= 0; got beta={beta}, lam={lam}")
-  optimum, grad_norm = _solve(jnp.asarray(conditionals, jnp.float64),
-                              jnp.asarray(prior, jnp.float64), jnp.float64(beta),
-                              jnp.float64(lam), max_iterations)
+  optimum, grad_norm = jax.jit(solve, static_argnames=("max_iterations",))(
+      jnp.asarray(conditionals, jnp.float64), jnp.asarray(prior, jnp.float64),
+      jnp.float64(beta), jnp.float64(lam), max_iterations)
   if not float(grad_norm) < 1e-9:
     raise RuntimeError(f"the toy solver did not converge (gradient norm {float(grad_norm)})")
   return np.asarray(optimum)

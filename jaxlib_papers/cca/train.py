@@ -1,18 +1,20 @@
 """``run(config, workdir)``: pretrain -> align (CCA / DPO / unlearning) -> sample -> evaluate.
 
-Stage 1 (``workdir/pretrain``) trains ``num_seeds`` class-conditional transformers with
-condition dropout in one program; stage 2 (``workdir/align``) fine-tunes one copy per
-(seed, lambda) against its frozen pretrained reference, again in one program. Each stage
-resumes from its own checkpoints. Then every model is sampled (guidance-free, and with CFG
-at ``eval.cfg_scales``) and scored by :class:`evaluate.Evaluator`.
+Two :mod:`core.stages <jaxlib_papers.core.stages>`: ``pretrain`` (``workdir/pretrain``)
+trains ``num_seeds`` class-conditional transformers with condition dropout in one program;
+``align`` (``workdir/align``) fine-tunes one copy per (seed, lambda) against its frozen
+pretrained reference, again in one program. Each stage resumes from its own checkpoints.
+Then every model is sampled (guidance-free, and with CFG at ``eval.cfg_scales``) and scored
+by :class:`evaluate.Evaluator`; :func:`run` returns a typed :class:`Result`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import pathlib
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -22,8 +24,69 @@ import optax
 
 from jaxlib_papers.cca import data as data_lib
 from jaxlib_papers.cca import evaluate, kernel, models
-from jaxlib_papers.core import config as config_lib
-from jaxlib_papers.core import train_loop, writers
+from jaxlib_papers.core import results, stages
+from jaxlib_papers.core.contract import TrainKernel
+
+PRETRAIN_GROUPS = ("data", "model", "pretrain", "num_seeds")
+ALIGN_GROUPS = ("data", "model", "pretrain", "align", "num_seeds", "pretrain_steps")
+
+
+class SampleSettings(NamedTuple):
+  samples_per_class: int              # n / K samples drawn per digit and setting
+  cfg_scales: tuple[float, ...]       # s of the base model's CFG rows
+  cca_cfg_scale: float                # s of CFG on top of the main CCA model
+  use_cache: bool                     # KV cache (else full-prefix recompute)
+  seed: int                           # the sampling PRNG seed
+
+
+class Settings(NamedTuple):
+  """What :func:`run` reads from the config, converted and checked once."""
+  seed: int
+  num_seeds: int                      # S, runs vmapped in one program
+  lambdas: tuple[float, ...]          # the lambda sweep, one align run per (seed, lambda)
+  main_lambda: float                  # the lambda of the headline CCA row
+  label_dropout: float                # pretraining condition dropout
+  align: kernel.AlignSettings
+  sample: SampleSettings
+
+
+def settings_from_config(config: ml_collections.ConfigDict) -> Settings:
+  """The run's :class:`Settings`; raises a ValueError naming a bad config key."""
+  lambdas = tuple(float(x) for x in config.align.lambdas)
+  if float(config.align.main_lambda) not in lambdas:
+    raise ValueError(f"config.align.main_lambda ({config.align.main_lambda}) must be one of "
+                     f"config.align.lambdas {lambdas}")
+  if config.num_seeds < 1:
+    raise ValueError(f"config.num_seeds must be >= 1, got {config.num_seeds}")
+  e = config.eval
+  sample = SampleSettings(int(e.samples_per_class), tuple(float(s) for s in e.cfg_scales),
+                          float(e.cca_cfg_scale), bool(e.use_cache), int(e.seed))
+  return Settings(int(config.seed), int(config.num_seeds), lambdas,
+                  float(config.align.main_lambda), float(config.pretrain.label_dropout),
+                  align_settings(config), sample)
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+  """What :func:`run` returns; :func:`results.write` saves the fields not in memory only.
+
+  ``metrics`` {setting: {metric: [S] per seed}}; ``summary`` one row per setting, mean and
+  std over seeds (:func:`results.summarize`); ``test_nll`` [S] of the pretrained models.
+  """
+  metrics: dict[str, dict[str, np.ndarray]]
+  summary: list[dict[str, Any]]
+  test_nll: np.ndarray
+  timing: dict[str, float]
+  lambdas: tuple[float, ...]
+  main_lambda: float
+  classifier_accuracy: float
+  align_steps: int
+  samples: dict[str, np.ndarray] = results.in_memory()   # {setting: [S, n, 64]}
+  labels: np.ndarray = results.in_memory()               # [n]
+  pretrain_history: list[dict[str, float]] = results.in_memory()
+  align_history: list[dict[str, float]] = results.in_memory()
+  base_params: Any = results.in_memory()                 # leaves [S, ...]
+  aligned_params: Any = results.in_memory()              # leaves [S, Lambda, ...]
 
 
 def make_model(config: ml_collections.ConfigDict) -> models.ARTransformer:
@@ -34,11 +97,6 @@ def make_model(config: ml_collections.ConfigDict) -> models.ARTransformer:
   return models.ARTransformer(vocab_size=config.data.levels, num_classes=data_lib.NUM_CLASSES,
                               length=data_lib.LENGTH, width=m.width, depth=m.depth,
                               heads=m.heads, mlp=m.mlp)
-
-
-def _stage_config(config, stage: str, loop: dict[str, Any], groups: tuple[str, ...]):
-  return config_lib.stage_config(config, stage, groups=groups, loop=loop,
-                                 num_seeds=config.num_seeds)
 
 
 def pretrain_optimizer(config, total_steps: int) -> optax.GradientTransformation:
@@ -63,54 +121,67 @@ def align_settings(config) -> kernel.AlignSettings:
       negatives=a.negatives, null_label=data_lib.NUM_CLASSES))
 
 
-def pretrain(config, digits: data_lib.Digits, workdir=None, mesh=None):
-  """Stage 1: returns (params with a leading seed axis [S, ...], history, test NLL [S])."""
-  model = make_model(config)
-  seeds = config.seed * 1000 + np.arange(config.num_seeds)
-  source = data_lib.epoch_source(digits.train_tokens, digits.train_labels,
-                                 config.pretrain.batch_size, seeds)
-  tk = kernel.make_pretrain_kernel(
-      model, pretrain_optimizer(config, int(config.loop.num_steps)),
-      num_runs=config.num_seeds, label_dropout=config.pretrain.label_dropout)
-  stage = _stage_config(config, "pretrain", config.loop.to_dict(),
-                        ("data", "model", "pretrain"))
-  result = train_loop.run(tk, source, stage, None if workdir is None else workdir / "pretrain",
-                          mesh=mesh, name="cca/pretrain")
-  params = jax.device_get(result.state.params)
-  nll = np.asarray(jax.jit(tk.evaluate)(params, jnp.asarray(digits.test_tokens),
-                                        jnp.asarray(digits.test_labels)))
-  return params, result.history, nll
-
-
 def align_steps(config, num_train: int) -> int:
   per_epoch = num_train // config.align.batch_size
   return max(1, int(math.ceil(config.align.epochs * per_epoch)))
 
 
-def align(config, digits: data_lib.Digits, references, workdir=None, mesh=None,
-          lambdas=None):
-  """Stage 2: one run per (seed, lambda). Returns params [S, Lambda, ...] and the history."""
-  lambdas = np.asarray(config.align.lambdas if lambdas is None else lambdas, np.float32)
-  num_seeds, num_lambdas = config.num_seeds, lambdas.shape[0]
-  # Run r = seed * num_lambdas + j: the seeds' references repeated over the lambdas.
+def stages_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The config the stages fingerprint: ``pretrain_steps`` and float lambdas added.
+
+  The align stage depends on how long its references were pretrained, so a longer
+  pretraining does not resume a stale alignment.
+  """
+  out = ml_collections.ConfigDict(config.to_dict())
+  out.pretrain_steps = int(config.loop.num_steps)
+  out.align.lambdas = tuple(float(x) for x in config.align.lambdas)
+  return out
+
+
+def _align_kernel(config, settings: Settings, references) -> TrainKernel:
+  """The align stage's kernel: run r = seed * Lambda + j from its seed's reference."""
+  num_lambdas = len(settings.lambdas)
   run_refs = jax.tree.map(lambda x: np.repeat(np.asarray(x), num_lambdas, axis=0), references)
-  run_lambdas = np.tile(lambdas, num_seeds)
-  run_seeds = np.repeat(config.seed * 1000 + 500 + np.arange(num_seeds), num_lambdas)
-  model = make_model(config)
-  tk = kernel.make_align_kernel(kernel.sequence_logprob(model), align_optimizer(config),
-                                align_settings(config), run_refs, run_lambdas)
-  source = data_lib.epoch_source(digits.train_tokens, digits.train_labels,
-                                 config.align.batch_size, run_seeds)
-  steps = align_steps(config, digits.train_tokens.shape[0])
-  loop = dict(config.align_loop.to_dict(), num_steps=steps)
-  stage = _stage_config(config, "align", loop, ("data", "model", "pretrain", "align"))
-  stage.pretrain_steps = int(config.loop.num_steps)
-  stage.align.lambdas = tuple(float(x) for x in lambdas)
-  result = train_loop.run(tk, source, stage, None if workdir is None else workdir / "align",
-                          mesh=mesh, name="cca/align")
-  params = jax.tree.map(lambda x: np.asarray(x).reshape(num_seeds, num_lambdas, *x.shape[1:]),
-                        jax.device_get(result.state.params))
-  return params, result.history
+  run_lambdas = np.tile(np.asarray(settings.lambdas, np.float32), settings.num_seeds)
+  return kernel.make_align_kernel(kernel.sequence_logprob(make_model(config)),
+                                  align_optimizer(config), settings.align, run_refs,
+                                  run_lambdas)
+
+
+def make_stages(config, settings: Settings, digits: data_lib.Digits,
+                pretrain_kernel: TrainKernel) -> tuple[stages.Stage, ...]:
+  """``pretrain`` (seeds vmapped) then ``align`` (seeds x lambdas vmapped)."""
+  seeds = settings.seed * 1000 + np.arange(settings.num_seeds)
+  align_seeds = np.repeat(settings.seed * 1000 + 500 + np.arange(settings.num_seeds),
+                          len(settings.lambdas))
+  source = lambda batch_size, run_seeds: data_lib.epoch_source(
+      digits.train_tokens, digits.train_labels, batch_size, run_seeds)
+  return (
+      stages.Stage("pretrain", lambda _: pretrain_kernel, int(config.loop.num_steps),
+                   data=source(config.pretrain.batch_size, seeds), groups=PRETRAIN_GROUPS,
+                   carry=lambda state: jax.device_get(state.params)),
+      stages.Stage("align", lambda refs: _align_kernel(config, settings, refs),
+                   align_steps(config, digits.train_tokens.shape[0]),
+                   data=source(config.align.batch_size, align_seeds), groups=ALIGN_GROUPS,
+                   carry=lambda state: jax.device_get(state.params),
+                   loop=config.align_loop.to_dict()),
+  )
+
+
+def train(config, settings: Settings, digits: data_lib.Digits, workdir=None, mesh=None):
+  """Both stages. Returns (base params [S, ...], aligned [S, Lambda, ...], the
+  :class:`stages.StagesResult`, test NLL [S] of the pretrained models)."""
+  pretrain_kernel = kernel.make_pretrain_kernel(
+      make_model(config), pretrain_optimizer(config, int(config.loop.num_steps)),
+      num_runs=settings.num_seeds, label_dropout=settings.label_dropout)
+  out = stages.run_stages(make_stages(config, settings, digits, pretrain_kernel),
+                          stages_config(config), workdir, mesh=mesh, name="cca")
+  base = jax.device_get(out.states["pretrain"].params)
+  nll = np.asarray(jax.jit(pretrain_kernel.evaluate)(base, jnp.asarray(digits.test_tokens),
+                                                     jnp.asarray(digits.test_labels)))
+  shape = (settings.num_seeds, len(settings.lambdas))
+  aligned = jax.tree.map(lambda x: np.asarray(x).reshape(*shape, *x.shape[1:]), out.carried)
+  return base, aligned, out, nll
 
 
 def make_batched_sampler(config):
@@ -120,7 +191,13 @@ def make_batched_sampler(config):
   return jax.jit(jax.vmap(sampler, in_axes=(0, None, 0, None)))
 
 
-def sample_all(config, base_params, aligned_params, lambdas, main_index: int
+def sample_labels(settings: Settings) -> np.ndarray:
+  """[n] int32: every digit ``samples_per_class`` times (0, 1, ..., 9, 0, 1, ...)."""
+  return np.tile(np.arange(data_lib.NUM_CLASSES, dtype=np.int32),
+                 settings.sample.samples_per_class)
+
+
+def sample_all(config, settings: Settings, base_params, aligned_params
                ) -> dict[str, np.ndarray]:
   """Samples [S, n, 64] of every evaluated setting, keyed by its name.
 
@@ -130,85 +207,86 @@ def sample_all(config, base_params, aligned_params, lambdas, main_index: int
   l_c), so one compiled sampler serves every row.
   """
   sample = make_batched_sampler(config)
-  n_per = int(config.eval.samples_per_class)
-  labels = jnp.asarray(np.tile(np.arange(data_lib.NUM_CLASSES), n_per), jnp.int32)
-  key = jax.random.key(config.eval.seed)
-  settings = [("base", base_params, 0.0)]
-  settings += [(f"cfg s={s:g}", base_params, float(s)) for s in config.eval.cfg_scales]
-  for j, lam in enumerate(lambdas):
-    settings.append((f"cca lambda={lam:g}",
-                     jax.tree.map(lambda x, j=j: x[:, j], aligned_params), 0.0))
-  main = jax.tree.map(lambda x: x[:, main_index], aligned_params)
-  settings.append((f"cca+cfg s={config.eval.cca_cfg_scale:g}", main,
-                   float(config.eval.cca_cfg_scale)))
+  s = settings.sample
+  labels = jnp.asarray(sample_labels(settings))
+  key = jax.random.key(s.seed)
+  rows = [("base", base_params, 0.0)]
+  rows += [(f"cfg s={scale:g}", base_params, scale) for scale in s.cfg_scales]
+  for j, lam in enumerate(settings.lambdas):
+    rows.append((f"cca lambda={lam:g}",
+                 jax.tree.map(lambda x, j=j: x[:, j], aligned_params), 0.0))
+  main = jax.tree.map(lambda x: x[:, settings.lambdas.index(settings.main_lambda)],
+                      aligned_params)
+  rows.append((f"cca+cfg s={s.cca_cfg_scale:g}", main, s.cca_cfg_scale))
   out = {}
-  for i, (name, params, scale) in enumerate(settings):
-    keys = jax.random.split(jax.random.fold_in(key, i), config.num_seeds)
+  for i, (name, params, scale) in enumerate(rows):
+    keys = jax.random.split(jax.random.fold_in(key, i), settings.num_seeds)
     out[name] = np.asarray(sample(params, labels, keys, scale))
-  out["labels"] = np.asarray(labels)
   return out
 
 
-def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = None, *,
-        mesh: jax.sharding.Mesh | None = None, evaluator: evaluate.Evaluator | None = None
-        ) -> dict[str, Any]:
-  """Pretrains, aligns, samples and evaluates (see the module docstring).
-
-  Returns:
-    dict with "metrics" {setting: {metric: [S] per seed}}, "samples" {setting: [S, n, 64]},
-    "labels" [n], "lambdas", "main_lambda", "pretrain_history", "align_history",
-    "base_params", "aligned_params", "test_nll" [S], "timing" (seconds per stage).
-  """
-  lambdas = tuple(float(x) for x in config.align.lambdas)
-  if float(config.align.main_lambda) not in lambdas:
-    raise ValueError(f"config.align.main_lambda ({config.align.main_lambda}) must be one of "
-                     f"config.align.lambdas {lambdas}")
-  if config.num_seeds < 1:
-    raise ValueError(f"config.num_seeds must be >= 1, got {config.num_seeds}")
-  workdir = None if workdir is None else pathlib.Path(workdir)
-  timing = {}
-  cpu_start = time.process_time()
-  digits = data_lib.load(config.data.levels, config.data.test_size, config.data.split_seed)
-  t0 = time.perf_counter()
-  base_params, pre_history, test_nll = pretrain(config, digits, workdir, mesh)
-  timing["pretrain"] = time.perf_counter() - t0
-  t0 = time.perf_counter()
-  aligned_params, align_history = align(config, digits, base_params, workdir, mesh)
-  timing["align"] = time.perf_counter() - t0
-  t0 = time.perf_counter()
-  samples = sample_all(config, base_params, aligned_params, lambdas,
-                       lambdas.index(float(config.align.main_lambda)))
-  timing["sample"] = time.perf_counter() - t0
-  t0 = time.perf_counter()
-  evaluator = evaluator or evaluate.Evaluator(digits)
-  labels = samples.pop("labels")
+def score(evaluator: evaluate.Evaluator, samples: dict[str, np.ndarray], labels: np.ndarray
+          ) -> dict[str, dict[str, np.ndarray]]:
+  """{setting: {metric: [S]}}: every seed's samples scored by ``evaluator``."""
   metrics = {}
   for name, per_seed in samples.items():
     rows = [evaluator(tokens, labels) for tokens in per_seed]
     metrics[name] = {k: np.array([r[k] for r in rows]) for k in rows[0]}
+  return metrics
+
+
+def summarize(metrics: dict[str, dict[str, np.ndarray]]) -> list[dict[str, Any]]:
+  """One row per setting: each metric's mean and std over seeds."""
+  rows = [{"setting": name, **{k: v[i] for k, v in m.items()}}
+          for name, m in metrics.items() for i in range(len(next(iter(m.values()))))]
+  keys = list(next(iter(metrics.values())))
+  return results.summarize(rows, keys, by=("setting",), count="seeds")
+
+
+def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = None, *,
+        mesh: jax.sharding.Mesh | None = None, evaluator: evaluate.Evaluator | None = None
+        ) -> Result:
+  """Pretrains, aligns, samples and evaluates (see the module docstring).
+
+  Returns:
+    A :class:`Result`, also written to ``workdir/results.json`` (without its in-memory
+    fields) when ``workdir`` is given.
+  """
+  settings = settings_from_config(config)
+  workdir = None if workdir is None else pathlib.Path(workdir)
+  cpu_start = time.process_time()
+  digits = data_lib.load(config.data.levels, config.data.test_size, config.data.split_seed)
+  base_params, aligned_params, trained, test_nll = train(config, settings, digits, workdir,
+                                                         mesh)
+  timing = {"pretrain": trained.seconds["pretrain"], "align": trained.seconds["align"]}
+  t0 = time.perf_counter()
+  samples = sample_all(config, settings, base_params, aligned_params)
+  timing["sample"] = time.perf_counter() - t0
+  t0 = time.perf_counter()
+  evaluator = evaluator or evaluate.Evaluator(digits)
+  labels = sample_labels(settings)
+  metrics = score(evaluator, samples, labels)
   timing["evaluate"] = time.perf_counter() - t0
   timing["cpu_total"] = time.process_time() - cpu_start   # CPU seconds, all threads
-  result = dict(metrics=metrics, samples=samples, labels=labels, lambdas=lambdas,
-                main_lambda=float(config.align.main_lambda), pretrain_history=pre_history,
-                align_history=align_history, base_params=base_params,
-                aligned_params=aligned_params, test_nll=test_nll, timing=timing,
-                classifier_accuracy=evaluator.svc_test_accuracy,
-                align_steps=align_steps(config, digits.train_tokens.shape[0]))
-  if workdir is not None and jax.process_index() == 0:
-    summary = {name: {k: v.tolist() for k, v in m.items()} for name, m in metrics.items()}
-    writers.write_json(workdir / "results.json", {"metrics": summary, "test_nll":
-                                                   test_nll.tolist(), "timing": timing},
-                       indent=1, sort_keys=True, default=str)
+  result = Result(
+      metrics=metrics, summary=summarize(metrics), test_nll=test_nll, timing=timing,
+      lambdas=settings.lambdas, main_lambda=settings.main_lambda,
+      classifier_accuracy=evaluator.svc_test_accuracy,
+      align_steps=align_steps(config, digits.train_tokens.shape[0]), samples=samples,
+      labels=labels, pretrain_history=trained.histories["pretrain"],
+      align_history=trained.histories["align"], base_params=base_params,
+      aligned_params=aligned_params)
+  if jax.process_index() == 0:
+    results.write(result, workdir)
   return result
 
 
-def summary_table(result: dict[str, Any]) -> str:
+def summary_table(result: Result) -> str:
   """A markdown table: mean ± std over seeds of every metric of every setting."""
-  names = list(result["metrics"])
-  keys = list(result["metrics"][names[0]])
+  keys = [k for k in result.summary[0] if k not in ("setting", "seeds") and
+          not k.endswith("_std")]
   lines = ["| setting | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
-  for name in names:
-    m = result["metrics"][name]
-    lines.append(f"| {name} | " + " | ".join(
-        f"{np.mean(m[k]):.3g} ± {np.std(m[k]):.2g}" for k in keys) + " |")
+  for row in result.summary:
+    lines.append(f"| {row['setting']} | " + " | ".join(
+        f"{row[k]:.3g} ± {row[k + '_std']:.2g}" for k in keys) + " |")
   return "\n".join(lines)

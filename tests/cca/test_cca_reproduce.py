@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from jaxlib_papers.cca import reproduce
+from jaxlib_papers.cca import reproduce, train
 
 
 def _result(cca_acc, cca_div, zero_acc=40.0, both_acc=None, fd=(5.0, 4.0)):
@@ -14,8 +14,9 @@ def _result(cca_acc, cca_div, zero_acc=40.0, both_acc=None, fd=(5.0, 4.0)):
   for lam, (a, d) in zip((3, 30, 300), zip(cca_acc, cca_div)):
     metrics[f"cca lambda={lam}"] = row(a, d, fd[1])
   metrics["cca+cfg s=1"] = row(both_acc if both_acc is not None else cca_acc[1] + 5, 0.9)
-  return {"metrics": metrics, "lambdas": (0.0, 3.0, 30.0, 300.0), "main_lambda": 30.0,
-          "align_steps": 44}
+  return train.Result(metrics=metrics, summary=train.summarize(metrics), test_nll=np.zeros(2),
+                      timing={}, lambdas=(0.0, 3.0, 30.0, 300.0), main_lambda=30.0,
+                      classifier_accuracy=1.0, align_steps=44)
 
 
 def test_digit_claims_hold_and_miss():

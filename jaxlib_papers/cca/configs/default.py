@@ -1,6 +1,6 @@
 """CCA configs: ``get_config(preset)`` for ``smoke`` | ``cpu`` | ``full``.
 
-Two ``core.train_loop`` stages (``workdir/pretrain``, ``workdir/align``): class-conditional
+Two ``core.stages`` (``workdir/pretrain``, ``workdir/align``): class-conditional
 pretraining with condition dropout (``num_seeds`` runs vmapped), then alignment fine-tuning
 from each pretrained model, one run per (seed, lambda) in one program; then sampling and
 evaluation of base / CFG / CCA models.
@@ -38,6 +38,8 @@ _BASE = dict(
         use_cache=True,
         seed=1,
     ),
+    # Optimiser steps of pretraining (one per compiled call); alignment's count is
+    # align.epochs of the training split.
     loop=dict(num_steps=300, log_every=100, checkpoint_every=300, quiet=False),
     align_loop=dict(log_every=20, checkpoint_every=1000, quiet=False),
 )
