@@ -24,6 +24,8 @@ import optax
 
 from jaxlib_papers.cca import data as data_lib
 from jaxlib_papers.cca import evaluate, kernel, models
+from jaxlib_papers.cca.configs import default as default_config
+from jaxlib_papers.core import config as config_lib
 from jaxlib_papers.core import results, stages
 from jaxlib_papers.core.contract import TrainKernel
 
@@ -252,6 +254,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
     A :class:`Result`, also written to ``workdir/results.json`` (without its in-memory
     fields) when ``workdir`` is given.
   """
+  config_lib.validate(config, default_config.CONSTRAINTS)
   settings = settings_from_config(config)
   workdir = None if workdir is None else pathlib.Path(workdir)
   cpu_start = time.process_time()

@@ -224,7 +224,8 @@ def vmap_init(init_member: Callable[..., PyTree], num_members: int, *member_args
   Args:
     init_member: one member's ``init(key, *args) -> state``.
     num_members: R.
-    *member_args: arrays with a leading ``[R]`` axis (a member's variant values).
+    *member_args: arrays (or pytrees of arrays) with a leading ``[R]`` axis (a member's
+      variant values, or a per-member reference such as a pretrained model).
     seed_index: see :func:`member_keys`.
   """
   if int(num_members) < 1:
@@ -232,7 +233,7 @@ def vmap_init(init_member: Callable[..., PyTree], num_members: int, *member_args
 
   def init(key: jax.Array) -> PyTree:
     keys = member_keys(key, num_members, seed_index)
-    return jax.vmap(init_member)(keys, *(jnp.asarray(a) for a in member_args))
+    return jax.vmap(init_member)(keys, *(jax.tree.map(jnp.asarray, a) for a in member_args))
 
   return init
 

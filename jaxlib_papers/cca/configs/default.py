@@ -12,6 +12,7 @@ evaluation of base / CFG / CCA models.
 
 from __future__ import annotations
 
+from jaxlib_papers.core import config as C
 from jaxlib_papers.core.config import make_config
 
 _BASE = dict(
@@ -51,7 +52,6 @@ _OVERRIDES = {
         "align.lambdas": (0.0, 30.0), "align.epochs": 0.1,
         "eval.samples_per_class": 8, "eval.cfg_scales": (1.0,),
         "loop.num_steps": 30, "loop.log_every": 10, "loop.checkpoint_every": 30,
-        "loop.quiet": True, "align_loop.quiet": True,
     },
     "cpu": {},
     "full": {
@@ -67,6 +67,29 @@ _OVERRIDES = {
 }
 
 
+# What every key allows, checked when a config is built and again by ``train.run`` and the
+# launcher (after command-line overrides), before anything compiles.
+CONSTRAINTS = {
+    "seed": C.at_least(0), "num_seeds": C.at_least(1),
+    "data.levels": C.at_least(2), "data.test_size": C.at_least(1),
+    **{f"model.{k}": C.at_least(1) for k in ("width", "depth", "heads", "mlp")},
+    "pretrain.batch_size": C.at_least(1), "pretrain.lr": C.positive(),
+    "pretrain.warmup_steps": C.at_least(0), "pretrain.weight_decay": C.non_negative(),
+    "pretrain.label_dropout": C.in_range(0.0, 1.0, high_open=True),
+    "pretrain.grad_clip": C.positive(),
+    "align.loss": C.one_of("cca", "dpo", "unlearn"), "align.beta": C.positive(),
+    "align.lambdas": C.each(C.non_negative()), "align.main_lambda": C.non_negative(),
+    "align.uncond_ratio": C.in_range(0.0, 1.0, high_open=True),
+    "align.negatives": C.one_of("roll", "shuffle"), "align.batch_size": C.at_least(1),
+    "align.lr": C.positive(), "align.weight_decay": C.non_negative(),
+    "align.grad_clip": C.positive(), "align.epochs": C.non_negative(),
+    "eval.samples_per_class": C.at_least(1), "eval.cfg_scales": C.each(C.non_negative()),
+    "loop.num_steps": C.at_least(1), "loop.log_every": C.at_least(1),
+    "loop.checkpoint_every": C.at_least(1), "align_loop.log_every": C.at_least(1),
+    "align_loop.checkpoint_every": C.at_least(1),
+}
+
+
 def get_config(preset: str = "smoke"):
   """The CCA config of ``preset`` (smoke | cpu | full)."""
-  return make_config(preset, _BASE, _OVERRIDES)
+  return make_config(preset, _BASE, _OVERRIDES, constraints=CONSTRAINTS)
