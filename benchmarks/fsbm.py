@@ -285,7 +285,8 @@ class Ours:
     def solve(mean_path, key):
       return kernel.condsoc_solve(
           mean_path[:, 0], mean_path[:, -1], mean_path, key, settings=self.settings,
-          sign=1.0, tau=sizes["tau"], keypoints=self.keypoints, inv_std=self.inv_std)
+          guide=kernel.Guidance(self.keypoints, self.inv_std),
+          weights=kernel.PairWeights(sign=1.0, tau=sizes["tau"]))
 
     self.solve_fn = solve
     self.solve, self.solve_compile_s, *_ = timing.compile_and_time(
@@ -384,9 +385,10 @@ def check_same(ours: Ours, official: Official, problem: Problem) -> str:
                             jnp.asarray(problem.fitted_gamma[:num]))
 
   def objective(p):
+    problem = kernel.CondSOCProblem(sizes["sigma"], t_grid,
+                                    kernel.Guidance(ours.keypoints, ours.inv_std))
     losses, _ = jax.vmap(lambda pp, a, b, n: kernel.condsoc_pair_loss(
-        pp, a, b, n, sigma=sizes["sigma"], t=t_grid, sign=1.0, tau=sizes["tau"],
-        keypoints=ours.keypoints, inv_std=ours.inv_std))(
+        pp, a, b, n, problem, kernel.PairWeights(sign=1.0, tau=sizes["tau"])))(
             p, jnp.asarray(problem.fitted_mean_path[:num, 0]),
             jnp.asarray(problem.fitted_mean_path[:num, -1]), jnp.asarray(noise.numpy()))
     return jnp.mean(losses)
@@ -512,9 +514,10 @@ def profile(ours: Ours, official: Official | None, args) -> None:
     return jax.tree.map(jnp.sum, terms[1:])
 
   def objective(p, n):
+    problem = kernel.CondSOCProblem(settings.sigma, t,
+                                    kernel.Guidance(ours.keypoints, ours.inv_std))
     losses, _ = jax.vmap(lambda pp, a, b, m, w: kernel.condsoc_pair_loss(
-        pp, a, b, m, sigma=settings.sigma, t=t, sign=1.0, tau=w, keypoints=ours.keypoints,
-        inv_std=ours.inv_std))(p, x0, x1, n, tau)
+        pp, a, b, m, problem, kernel.PairWeights(sign=1.0, tau=w)))(p, x0, x1, n, tau)
     return jnp.sum(losses) / settings.micro_batch
 
   tx = kernel.condsoc_optimizer(settings)

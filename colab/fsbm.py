@@ -39,7 +39,6 @@ if importlib.util.find_spec("jaxlib_papers") is None:
 import os
 
 import jax
-import matplotlib.pyplot as plt
 import numpy as np
 
 from jaxlib_papers.core import figures
@@ -60,34 +59,23 @@ print(f"preset {PRESET}: {config.loop.num_steps} alternations, B={config.batch_s
 # `from jaxlib_papers.core import datasets`.
 
 # %%
-fsbm, base = train.run(config, taus=(config.tau, 0.0), verbose=False)
+fsbm, base = train.run(config, taus=(config.tau, 0.0), verbose=False).runs
 for res in (fsbm, base):
-  print(f"tau={res['tau']:g}: collision rate {res['collision_rate']:.3f}, "
-        f"W2 {res['w2']:.3f}, MMD {res['mmd']:.4f}")
+  ev = res.evaluation
+  print(f"tau={res.tau:g}: collision rate {ev.collision_rate:.3f}, "
+        f"W2 {ev.w2:.3f}, MMD {ev.mmd:.4f}")
 
 # %% [markdown]
 # ## Trajectories (grey: obstacles, black: feedback keypoints)
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(10, 5))
-for ax, res, name in ((axes[0], fsbm, "FSBM"), (axes[1], base, "tau = 0")):
-  plotting.plot_trajectories(ax, "stunnel", res["paths"], res["feedback_keypoints"],
-                             title=f"{name}: collision {res['collision_rate']:.2f}")
-plt.show()
+figures.show(plotting.trajectories_figure("stunnel", fsbm, base))  # as the check saves it
 
 # %% [markdown]
 # ## Collision rate of the forward model after each alternation
 
 # %%
-fig, ax = plt.subplots(figsize=(5, 3))
-for res, name in ((fsbm, "FSBM"), (base, "tau = 0")):
-  ax.plot([r["step"] for r in res["history"]], [r["collision_rate"] for r in res["history"]],
-          marker="o", label=name)
-ax.set_xlabel("alternation")
-ax.set_ylabel("collision rate")
-ax.set_ylim(-0.05, 1.05)
-ax.legend()
-plt.show()
+figures.show(plotting.collision_history_figure((fsbm, base), ("FSBM", "tau = 0")))
 
 # %% [markdown]
 # ## Opinion depolarisation (D = 100)
@@ -101,11 +89,12 @@ plt.show()
 
 # %%
 op_config = default.task_config("opinion", PRESET)
-op_fsbm, op_base = train.run(op_config, taus=(op_config.tau, 0.0), verbose=False)
+op_fsbm, op_base = train.run(op_config, taus=(op_config.tau, 0.0), verbose=False).runs
 p0, _ = tasks.marginals("opinion", op_config.dim)
 ref_pol = train.reference_polarisation(op_config, p0.sample(np.random.default_rng(0), 500),
                                        jax.random.key(0))
 figures.show(plotting.opinion_figure(op_fsbm, op_base, ref_pol))  # as the check saves it
 for res in (op_fsbm, op_base):
-  print(f"tau={res['tau']:g}: max polarisation {res['polarisation_max']:.3f}, "
-        f"terminal {res['polarisation']:.3f}, MMD {res['mmd']:.4f}")
+  ev = res.evaluation
+  print(f"tau={res.tau:g}: max polarisation {ev.polarisation_max:.3f}, "
+        f"terminal {ev.polarisation:.3f}, MMD {ev.mmd:.4f}")

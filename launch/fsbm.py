@@ -8,8 +8,8 @@ r"""Trains FSBM (alternating CondSOC R-steps and bridge-matching M-steps) and ev
       --workdir=runs/fsbm_op   # D = 100, polarising mean-field drift, generated keypoints
   python -m launch.fsbm --config=...:cpu --config.tau=0      # unguided (DSBM-like) baseline
 
-Rerun with the same --workdir to resume (one checkpoint per alternation); results land in
-``<workdir>/results.json``.
+Rerun with the same --workdir to resume (one checkpoint per alternation, in
+``<workdir>/tau_<tau>``); results land in ``<workdir>/results.json``.
 """
 
 import json
@@ -25,21 +25,14 @@ _CONFIG = config_flags.DEFINE_config_file("config", "jaxlib_papers/fsbm/configs/
 def main(argv):
   del argv
   common.setup()
-  from jaxlib_papers.core import writers  # pylint: disable=g-import-not-at-top
+  from jaxlib_papers.core import results  # pylint: disable=g-import-not-at-top
   from jaxlib_papers.fsbm import train  # pylint: disable=g-import-not-at-top
   workdir = common.workdir("fsbm")
-  (results,) = train.run(_CONFIG.value, workdir)
-  summary = {k: results[k] for k in ("collision_rate", "w2", "mmd", "directional_similarity",
-                                     "polarisation", "polarisation_max",
-                                     "polarisation_path", "target_polarisation")
-             if k in results}
-  summary["keypoints_source"] = results["keypoints_source"]
-  summary["history"] = results["history"]
-  if workdir is not None and (workdir / "metrics.jsonl").exists():
-    summary["history"] = writers.read_jsonl(workdir / "metrics.jsonl")  # all alternations
-  print(json.dumps({k: v for k, v in summary.items() if k != "history"}, indent=2))
-  if workdir is not None:
-    writers.write_json(f"{workdir}/results.json", summary, indent=2)
+  (run,) = train.run(_CONFIG.value, workdir).runs  # writes <workdir>/results.json
+  scores = results.to_json_tree(run.evaluation)
+  summary = {"keypoints_source": run.keypoints_source,
+             **{k: v for k, v in scores.items() if v is not None}}
+  print(json.dumps(summary, indent=2))
 
 
 if __name__ == "__main__":

@@ -4,23 +4,29 @@ Every function is pure and jit-free; `core.train_loop` (or a test) jits them.
 Shapes: B endpoint pairs, D state dims, N noise draws per pair, S CondSOC grid
 points, T = T_mean mean knots, M the M-step batch.
 
-One alternation (``train_step``) is one compiled program:
-  1. endpoint pairs: round 0 uses independent (x0, x1) with straight-line mean
-     knots; round k >= 1 simulates the EMA model of the other direction
-     (k odd: forward from x0, k even: backward from x1) and takes its path at
-     the T_mean knot times;
-  2. R-step: the CondSOC solve over all B pairs at once (vmap over pairs,
-     lax.scan over SGD iterations), anchored at the simulated direction;
-  3. M-step: a lax.scan of AdamW + EMA steps regressing the trained
-     direction's network (round 0 and even rounds: forward, odd: backward) on
-     the fitted paths' drifts.
+The paper's equations are the module-level functions over settings NamedTuples
+(``condsoc_pair_loss``, ``bridge_matching_loss``, ``path_drift_at``, ``simulate``);
+the alternation composes them with the core blocks. One alternation
+(``train_step`` = :func:`alternation`) is one compiled program:
+  1. endpoint pairs (:func:`initial_mean_path`): round 0 uses independent (x0, x1)
+     with straight-line mean knots; round k >= 1 simulates the EMA model of the
+     other direction (k odd: forward from x0, k even: backward from x1) and takes
+     its path at the T_mean knot times;
+  2. R-step (:func:`condsoc_solve`): the CondSOC solve over all B pairs at once
+     (vmap over pairs, lax.scan over SGD iterations), anchored at the simulated
+     direction;
+  3. M-step (:func:`m_step`): ``blocks.scan_steps`` of ``match_steps`` steps
+     (``blocks.gradient_step`` with AdamW, then ``blocks.ema_update``) regressing
+     the trained direction's network (round 0 and even rounds: forward, odd:
+     backward) on the fitted paths' drifts.
 tau is data of the batch (``batch["tau"]``, one weight per pair), so tau = 0
 (the unguided DSBM-like baseline) runs through the very same compiled program.
 
 Reference drifts. ``base_drift`` is None, a plain f(t, x), or a mean-field
 drift (an object with ``drift(t, x, field)``, ``field_from(sample_at)`` and
 ``field_shape``, e.g. ``opinion.PolarizeDrift``) whose value depends on the
-population through a table ``field`` kept in the kernel state. The table is
+population through a table ``field`` kept in the kernel state (None for the
+other drifts, so the state has no zero-size leaf to checkpoint). The table is
 built from the population of Gaussian paths: at round 0 from the initial
 straight-line paths, and after every R-step from the freshly fitted paths; the
 R-step uses the table it starts with, the M-step targets and all later
@@ -29,6 +35,7 @@ simulations use the refreshed one (the order of the official code).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
@@ -39,7 +46,7 @@ import numpy as np
 import optax
 from jax.typing import ArrayLike
 
-from jaxlib_papers.core import contract, prng, sde
+from jaxlib_papers.core import blocks, contract, prng, sde
 from jaxlib_papers.fsbm import feedback, gpath, models
 
 PyTree = Any
@@ -93,12 +100,43 @@ def time_grid(settings: CondSOCSettings, dtype=jnp.float32) -> jax.Array:
                       dtype=dtype)
 
 
+class Guidance(NamedTuple):
+  """What steers the CondSOC paths besides the endpoints (one per R-step)."""
+
+  keypoints: jax.Array            # [K, S, D] aligned trajectories on the CondSOC grid
+  inv_std: jax.Array              # [S, D] from ``feedback.keypoint_inv_std``
+  base_drift: BaseDrift = None    # the reference drift f(t, x) (None = 0)
+  state_cost: StateCost = None    # a known state cost V(x) (None = 0, as in FSBM)
+
+
+class CondSOCProblem(NamedTuple):
+  """One pair's CondSOC objective without its weights: the grid and the guidance."""
+
+  sigma: float                    # diffusion coefficient
+  t: jax.Array                    # [S] time grid (must match the keypoint grid)
+  guide: Guidance
+
+
+class PairWeights(NamedTuple):
+  """The per-pair numbers of the objective (traced is fine)."""
+
+  sign: ArrayLike                 # +1.0 forward / -1.0 backward anchoring
+  tau: ArrayLike                  # feedback weight (0: the unguided objective)
+  state_weight: ArrayLike = 1.0   # w, the weight of V (0: FSBM's objective)
+
+
+class LossTerms(NamedTuple):
+  """Static switches that leave out terms multiplied by zero."""
+
+  # False: the objective of tau = 0 without computing the two feedback terms.
+  with_feedback: bool = True
+  # False: the objective of state_weight = 0 without evaluating V (and its gradient).
+  with_state: bool = True
+
+
 def condsoc_pair_loss(params: gpath.PathParams, x0: jax.Array, x1: jax.Array,
-                      noise: jax.Array, *, sigma: float, t: jax.Array,
-                      sign: ArrayLike, tau: ArrayLike, keypoints: jax.Array,
-                      inv_std: jax.Array, base_drift: BaseDrift = None,
-                      state_cost: StateCost = None, state_weight: ArrayLike = 1.0,
-                      with_feedback: bool = True, with_state: bool = True):
+                      noise: jax.Array, problem: CondSOCProblem, weights: PairWeights,
+                      terms: LossTerms = LossTerms()):
   """CondSOC objective of one pair, a mean over its N paths and S times.
 
   L = mean_{n,t} [ ||u_t||^2 / (2 sigma^2) + tau |<grad G, u_t>| + tau sum_d (H 1)_d
@@ -110,41 +148,32 @@ def condsoc_pair_loss(params: gpath.PathParams, x0: jax.Array, x1: jax.Array,
     params: the pair's spline parameters.
     x0, x1: [D] endpoints.
     noise: [N, S, D] standard normals.
-    sigma: diffusion coefficient.
-    t: [S] time grid (must match the keypoint grid).
-    sign: +1.0 forward / -1.0 backward (traced is fine).
-    tau: feedback weight (traced is fine; 0 gives the unguided objective).
-    keypoints: [K, S, D] aligned trajectories.
-    inv_std: [S, D] from ``feedback.keypoint_inv_std``.
-    base_drift: optional reference drift f(t, x).
-    state_cost: optional V(x [..., D]) -> [...].
-    state_weight: w, the weight of V (traced is fine; 0 gives FSBM's objective).
-    with_feedback: False leaves the two feedback terms out (static): the objective of
-      tau = 0 without computing terms that tau multiplies by zero.
-    with_state: False leaves ``state_cost`` out (static): the objective of
-      ``state_weight`` = 0 without evaluating V (and its gradient) only to multiply it by 0.
+    problem: sigma, the [S] grid and the guidance (keypoints, base drift, state cost).
+    weights: sign, tau and the state cost's weight w.
+    terms: which terms to compute (static).
 
   Returns:
     (loss [], aux dict of [] scalars: control, feedback, divergence, state).
   """
+  sigma, t, guide, sign = problem.sigma, problem.t, problem.guide, weights.sign
   x, u = gpath.sample_and_drift(params, x0, x1, sigma, t, noise, sign)
-  if base_drift is not None:
-    u = u - sign * base_drift(t[None, :], x)
+  if guide.base_drift is not None:
+    u = u - sign * guide.base_drift(t[None, :], x)
   control = jnp.sum(u**2, axis=-1) / (2.0 * sigma**2)                  # [N, S]
-  state = (jnp.zeros_like(control) if state_cost is None or not with_state
-           else state_weight * state_cost(x))
-  if not with_feedback:
+  state = (jnp.zeros_like(control) if guide.state_cost is None or not terms.with_state
+           else weights.state_weight * guide.state_cost(x))
+  if not terms.with_feedback:
     zero = jnp.zeros((), control.dtype)
     loss = jnp.mean(control + state)
     return loss, dict(control=jnp.mean(control), feedback=zero, divergence=zero,
                       state=jnp.mean(state))
   ref_index = jnp.where(jnp.asarray(sign) > 0, 0, t.shape[0] - 1)
   _, grad_g, hess_ones = jax.vmap(
-      lambda xn: feedback.feedback_terms(xn, keypoints, inv_std, ref_index))(x)
-  guide = jnp.abs(jnp.sum(grad_g * u, axis=-1))                       # [N, S]
+      lambda xn: feedback.feedback_terms(xn, guide.keypoints, guide.inv_std, ref_index))(x)
+  guide_term = jnp.abs(jnp.sum(grad_g * u, axis=-1))                  # [N, S]
   divergence = jnp.sum(hess_ones, axis=-1)                            # [N, S]
-  loss = jnp.mean(control + tau * guide + tau * divergence + state)
-  aux = dict(control=jnp.mean(control), feedback=jnp.mean(guide),
+  loss = jnp.mean(control + weights.tau * guide_term + weights.tau * divergence + state)
+  aux = dict(control=jnp.mean(control), feedback=jnp.mean(guide_term),
              divergence=jnp.mean(divergence), state=jnp.mean(state))
   return loss, aux
 
@@ -157,12 +186,110 @@ def condsoc_optimizer(settings: CondSOCSettings) -> optax.GradientTransformation
       gpath.PathParams(mean_knots="mean", gamma_knots="gamma"))
 
 
+class _Solve(NamedTuple):
+  """One CondSOC solve's fixed inputs (all B pairs)."""
+
+  settings: CondSOCSettings
+  problem: CondSOCProblem
+  x0: jax.Array                    # [B, D]
+  x1: jax.Array                    # [B, D]
+  weights: PairWeights             # sign [], tau [B], state_weight [B]
+  tx: optax.GradientTransformation
+  key: jax.Array
+  noise_shape: tuple[int, ...]     # [B, N, S, D]
+
+
+def _noise_at(solve: _Solve, it: jax.Array) -> jax.Array:
+  return prng.normal(jax.random.fold_in(solve.key, it), solve.noise_shape, solve.x0.dtype)
+
+
+def _objective(p: gpath.PathParams, noise: jax.Array, solve: _Solve, terms: LossTerms):
+  """(sum of the per-pair losses / mB, [B] per-pair losses)."""
+  w = solve.weights
+  losses, _ = jax.vmap(
+      lambda pp, a, b, n, tau, v: condsoc_pair_loss(
+          pp, a, b, n, solve.problem, PairWeights(sign=w.sign, tau=tau, state_weight=v),
+          terms))(p, solve.x0, solve.x1, noise, w.tau, w.state_weight)
+  return jnp.sum(losses) / solve.settings.micro_batch, losses
+
+
+def _per_pair(mask: jax.Array, a: PyTree, b: PyTree) -> PyTree:
+  """a where mask (one flag per pair, leading axis) else b."""
+  return jax.tree.map(
+      lambda u, v: jnp.where(mask.reshape((-1,) + (1,) * (u.ndim - 1)), u, v), a, b)
+
+
+def _safe_update(solve: _Solve, p, s, last, grads, losses):
+  """The safeguarded SGD step (see :func:`condsoc_solve`): (params, opt state, last,
+  reported mean loss, rejected pair count)."""
+  p_best, g_best, loss_best, scale = last
+  finite = jnp.isfinite(losses) & jax.vmap(
+      lambda g: jnp.all(jnp.stack([jnp.all(jnp.isfinite(v))
+                                   for v in jax.tree.leaves(g)])))(grads)
+  accept = finite & (losses <= solve.settings.safe_ratio * loss_best)
+  improved = accept & (losses < loss_best)
+  scale = jnp.where(accept, scale, 0.5 * scale)
+  base = _per_pair(accept, p, p_best)
+  grad = _per_pair(accept, grads, g_best)
+  scaled = jax.tree.map(lambda g: g * scale.reshape((-1,) + (1,) * (g.ndim - 1)), grad)
+  updates, s = solve.tx.update(scaled, s, base)
+  last = (_per_pair(improved, p, p_best), _per_pair(improved, grads, g_best),
+          jnp.where(improved, losses, loss_best), scale)
+  # The reported mean is over the losses at the iterates stepped from (a
+  # rejected loss may be Inf): the new loss if accepted, the best one if not.
+  return (optax.apply_updates(base, updates), s, last,
+          jnp.mean(jnp.where(accept, losses, loss_best)), jnp.sum(~accept).astype(jnp.int32))
+
+
+def _solve_step(solve: _Solve, terms: LossTerms, carry, it):
+  """One CondSOC iteration over all pairs (a ``lax.scan`` body)."""
+  # Iteration it's noise arrives in the carry and the next one's is drawn here: drawn
+  # inside the differentiated objective, XLA fuses the random-bit generation into each of
+  # its consumers and recomputes it. The draws are the same: fold_in(key, it).
+  p, s, last, noise = carry
+  next_noise = _noise_at(solve, it + 1)
+  grads, losses = jax.grad(_objective, has_aux=True)(p, noise, solve, terms)
+  grads = gpath.pin_std_ends(grads)
+  if not solve.settings.safe_ratio > 0:
+    updates, s = solve.tx.update(grads, s, p)
+    return (optax.apply_updates(p, updates), s, last, next_noise), (
+        jnp.mean(losses), jnp.zeros((), jnp.int32))
+  p, s, last, mean_loss, rejected = _safe_update(solve, p, s, last, grads, losses)
+  return (p, s, last, next_noise), (mean_loss, rejected)
+
+
+def _solve_scan(solve: _Solve, terms: LossTerms, params, opt_state, last):
+  """The branch of one combination of terms: ``num_iters`` iterations as one scan."""
+  return lambda: jax.lax.scan(functools.partial(_solve_step, solve, terms),
+                              (params, opt_state, last, _noise_at(solve, 0)),
+                              jnp.arange(solve.settings.num_iters))
+
+
+def _solve_branches(solve: _Solve, params, opt_state, last):
+  """(params, losses, rejected) of the scan of the branch the pairs' weights select."""
+  branch = lambda fb, st: _solve_scan(solve, LossTerms(fb, st), params, opt_state, last)
+  tau, state_weight = solve.weights.tau, solve.weights.state_weight
+  # When every pair has tau = 0 (the unguided and GSBM-style baselines) the feedback terms
+  # are multiplied by zero, and when every pair has state_weight = 0 (FSBM and tau = 0)
+  # so is the known state cost: a branch per combination leaves out what is multiplied by
+  # zero (the feedback terms are ~50% of an iteration, the S-tunnel obstacle cost ~30%),
+  # and one compiled program still serves every tau and weight. (The branch is taken around
+  # the whole scan, so each iteration compiles exactly as it would without the branch.)
+  with_feedback = jnp.any(tau != 0)
+  if solve.problem.guide.state_cost is None:
+    (params, _, _, _), (losses, rejected) = jax.lax.cond(
+        with_feedback, branch(True, False), branch(False, False))
+  else:
+    index = 2 * with_feedback.astype(jnp.int32) + jnp.any(state_weight != 0).astype(jnp.int32)
+    (params, _, _, _), (losses, rejected) = jax.lax.switch(
+        index, [branch(False, False), branch(False, True), branch(True, False),
+                branch(True, True)])
+  return params, losses, rejected
+
+
 def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
-                  key: jax.Array, *, settings: CondSOCSettings,
-                  sign: ArrayLike, tau: ArrayLike, keypoints: jax.Array,
-                  inv_std: jax.Array, base_drift: BaseDrift = None,
-                  state_cost: StateCost = None, state_weight: ArrayLike = 1.0,
-                  with_stats: bool = False):
+                  key: jax.Array, *, settings: CondSOCSettings, guide: Guidance,
+                  weights: PairWeights, with_stats: bool = False):
   """Fits one Gaussian path per endpoint pair: one program for all B pairs.
 
   The per-pair losses are summed and divided by ``settings.micro_batch``, so
@@ -173,121 +300,44 @@ def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
   draws its own slice and the values do not depend on the sharding.
 
   Safeguard (``settings.safe_ratio`` > 0, ours): plain SGD at the official rate
-  diverges for a pair whose objective is too curved for it (the step overshoots
-  and the error grows by a constant factor each iteration until the loss is
-  NaN; seen on V-neck pairs through the neck when the keypoints' spread there is
-  small). Each pair keeps the iterate with its lowest loss so far (with that
-  loss and gradient); when its loss at a new iterate is not finite or exceeds
-  ``safe_ratio`` times the lowest one, the step is rejected: the pair goes back
-  to its best iterate and retakes that gradient with half its previous step (the
-  step scale stays halved from then on). A slow divergence is caught too, since
-  the loss is compared with the best, not the last, value. A pair that is never
-  rejected follows the official SGD exactly.
+  diverges for a pair whose objective is too curved for it (seen on V-neck pairs
+  through the neck when the keypoints' spread there is small). Each pair keeps the
+  iterate with its lowest loss so far (with that loss and gradient); when its loss at
+  a new iterate is not finite or exceeds ``safe_ratio`` times the lowest one, the step
+  is rejected: the pair goes back to its best iterate and retakes that gradient with
+  half its previous step (the step scale stays halved from then on). A pair that is
+  never rejected follows the official SGD exactly.
 
   Args:
     x0, x1: [B, D] endpoints.
     mean_path: [B, T_mean, D] initial mean knots (endpoints must equal x0/x1).
     key: PRNG key.
     settings: CondSOC settings.
-    sign: +1.0 forward / -1.0 backward anchoring.
-    tau: feedback weight, [] or [B] (one per pair).
-    keypoints: [K, S, D]; inv_std: [S, D].
-    base_drift: optional reference drift.
-    state_cost: optional known state cost V (GSBM-style baseline).
-    state_weight: its weight, [] or [B] (one per pair, like tau).
+    guide: keypoints [K, S, D], inv_std [S, D], optional base drift and state cost V.
+    weights: sign (+1.0 forward / -1.0 backward), tau and the weight of V, each [] or
+      [B] (one per pair).
     with_stats: also return the number of rejected pair-steps per iteration.
 
   Returns:
     (params: PathParams with leading B axis, losses: [num_iters] mean per-pair
     loss at each iteration, before its update) and, with ``with_stats``,
     rejected: [num_iters] int32 pairs whose step was rejected at that iteration.
-    The returned params are the step taken at the last iteration, from the
-    pair's new iterate if accepted, else from its best one.
   """
   chex.assert_rank([x0, x1, mean_path], [2, 2, 3])
   num_pairs, dim = x0.shape
   chex.assert_shape(mean_path, (num_pairs, settings.num_mean_knots, dim))
   t = time_grid(settings, x0.dtype)
-  params = jax.vmap(lambda p: gpath.init_params(p, settings.num_gamma_knots))(
-      mean_path)
+  params = jax.vmap(lambda p: gpath.init_params(p, settings.num_gamma_knots))(mean_path)
   tx = condsoc_optimizer(settings)
   opt_state = tx.init(params)
-  noise_shape = (num_pairs, settings.num_noise, settings.num_steps, dim)
-  safe = settings.safe_ratio > 0
-  tau = jnp.broadcast_to(jnp.asarray(tau, x0.dtype), (num_pairs,))
-  state_weight = jnp.broadcast_to(jnp.asarray(state_weight, x0.dtype), (num_pairs,))
-
-  def noise_at(it):
-    return prng.normal(jax.random.fold_in(key, it), noise_shape, x0.dtype)
-
-  def objective(p, noise, with_feedback, with_state):
-    losses, _ = jax.vmap(
-        lambda pp, a, b, n, w, v: condsoc_pair_loss(
-            pp, a, b, n, sigma=settings.sigma, t=t, sign=sign, tau=w,
-            keypoints=keypoints, inv_std=inv_std, base_drift=base_drift,
-            state_cost=state_cost, state_weight=v, with_feedback=with_feedback,
-            with_state=with_state))(
-                p, x0, x1, noise, tau, state_weight)
-    return jnp.sum(losses) / settings.micro_batch, losses
-
-  def per_pair(mask, a, b):
-    """a where mask (one flag per pair, leading axis) else b."""
-    return jax.tree.map(
-        lambda u, v: jnp.where(mask.reshape((-1,) + (1,) * (u.ndim - 1)), u, v), a, b)
-
-  def step(carry, it, with_feedback, with_state):
-    # Iteration it's noise arrives in the carry and the next one's is drawn here: drawn
-    # inside the differentiated objective, XLA fuses the random-bit generation into each of
-    # its consumers and recomputes it. The draws are the same: fold_in(key, it).
-    p, s, last, noise = carry
-    next_noise = noise_at(it + 1)
-    grads, losses = jax.grad(objective, has_aux=True)(p, noise, with_feedback, with_state)
-    grads = gpath.pin_std_ends(grads)
-    if not safe:
-      updates, s = tx.update(grads, s, p)
-      return (optax.apply_updates(p, updates), s, last, next_noise), (
-          jnp.mean(losses), jnp.zeros((), jnp.int32))
-    p_best, g_best, loss_best, scale = last
-    finite = jnp.isfinite(losses) & jax.vmap(
-        lambda g: jnp.all(jnp.stack([jnp.all(jnp.isfinite(v))
-                                     for v in jax.tree.leaves(g)])))(grads)
-    accept = finite & (losses <= settings.safe_ratio * loss_best)
-    improved = accept & (losses < loss_best)
-    scale = jnp.where(accept, scale, 0.5 * scale)
-    base = per_pair(accept, p, p_best)
-    grad = per_pair(accept, grads, g_best)
-    scaled = jax.tree.map(lambda g: g * scale.reshape((-1,) + (1,) * (g.ndim - 1)), grad)
-    updates, s = tx.update(scaled, s, base)
-    last = (per_pair(improved, p, p_best), per_pair(improved, grads, g_best),
-            jnp.where(improved, losses, loss_best), scale)
-    # The reported mean is over the losses at the iterates stepped from (a
-    # rejected loss may be Inf): the new loss if accepted, the best one if not.
-    return (optax.apply_updates(base, updates), s, last, next_noise), (
-        jnp.mean(jnp.where(accept, losses, loss_best)), jnp.sum(~accept).astype(jnp.int32))
-
+  tau = jnp.broadcast_to(jnp.asarray(weights.tau, x0.dtype), (num_pairs,))
+  state_weight = jnp.broadcast_to(jnp.asarray(weights.state_weight, x0.dtype), (num_pairs,))
+  solve = _Solve(settings, CondSOCProblem(settings.sigma, t, guide), x0, x1,
+                 PairWeights(weights.sign, tau, state_weight), tx, key,
+                 (num_pairs, settings.num_noise, settings.num_steps, dim))
   last = (params, jax.tree.map(jnp.zeros_like, params),
           jnp.full((num_pairs,), jnp.inf, x0.dtype), jnp.ones((num_pairs,), x0.dtype))
-
-  def solve(with_feedback, with_state):
-    return lambda: jax.lax.scan(lambda c, it: step(c, it, with_feedback, with_state),
-                                (params, opt_state, last, noise_at(0)),
-                                jnp.arange(settings.num_iters))
-
-  # When every pair has tau = 0 (the unguided and GSBM-style baselines) the feedback terms
-  # are multiplied by zero, and when every pair has state_weight = 0 (FSBM and tau = 0)
-  # so is the known state cost: a branch per combination leaves out what is multiplied by
-  # zero (the feedback terms are ~50% of an iteration, the S-tunnel obstacle cost ~30%),
-  # and one compiled program still serves every tau and weight. (The branch is taken around
-  # the whole scan, so each iteration compiles exactly as it would without the branch.)
-  with_feedback = jnp.any(tau != 0)
-  if state_cost is None:
-    (params, _, _, _), (losses, rejected) = jax.lax.cond(
-        with_feedback, solve(True, False), solve(False, False))
-  else:
-    index = 2 * with_feedback.astype(jnp.int32) + jnp.any(state_weight != 0).astype(jnp.int32)
-    (params, _, _, _), (losses, rejected) = jax.lax.switch(
-        index, [solve(False, False), solve(False, True), solve(True, False),
-                solve(True, True)])
+  params, losses, rejected = _solve_branches(solve, params, opt_state, last)
   if with_stats:
     return params, losses, rejected
   return params, losses
@@ -375,7 +425,9 @@ class FSBMState(NamedTuple):
   ema_params: PyTree      # EMA of params, leaves [2, ...]
   num_updates: jax.Array  # [2] int32 M-step updates of each network so far
   key: jax.Array          # typed PRNG key
-  field: jax.Array        # mean-field table of the reference drift ([0] if none)
+  # The mean-field table of the reference drift; None (no leaf) without one, so every
+  # task's state checkpoints (orbax cannot save a zero-size array).
+  field: jax.Array | None
 
 
 class FSBMSettings(NamedTuple):
@@ -393,6 +445,31 @@ class FSBMSettings(NamedTuple):
   t_eps: float = 1e-4        # M-step t ~ U(t_eps, 1 - t_eps)
 
 
+class TaskTerms(NamedTuple):
+  """What a task adds to the alternation (all optional)."""
+
+  # f(t, x), or a MeanFieldDrift (its table lives in FSBMState.field).
+  base_drift: BaseDrift | MeanFieldDrift = None
+  # x [..., D] -> bool [...] obstacle test: each alternation reports the forward EMA
+  # model's collision rate.
+  collision_fn: Callable[[jax.Array], jax.Array] | None = None
+  # A known state cost V(x) in every R-step (with tau = 0: the GSBM-style baseline).
+  state_cost: StateCost = None
+  tau: float = 0.0            # feedback weight of a batch without "tau"
+  state_weight: float = 1.0   # weight of state_cost for a batch without "state_weight"
+
+
+class _Parts(NamedTuple):
+  """The alternation's fixed pieces, built once by :func:`make_kernel`."""
+
+  settings: FSBMSettings
+  guide: Guidance              # keypoints and inv_std (drift and cost: see ``task``)
+  task: TaskTerms
+  net: models.VectorField
+  tx: optax.GradientTransformation
+  knot_idx: np.ndarray         # [T_mean] nfe-grid indices of the mean knots
+
+
 def _stack2(tree):
   return jax.tree.map(lambda a, b: jnp.stack([a, b]), *tree)
 
@@ -403,6 +480,10 @@ def _take(tree, idx):
 
 def _put(tree, idx, value):
   return jax.tree.map(lambda a, v: a.at[idx].set(v), tree, value)
+
+
+def _is_mean_field(drift) -> bool:
+  return drift is not None and hasattr(drift, "field_from")
 
 
 def population_field(reference: MeanFieldDrift, path_params: gpath.PathParams,
@@ -426,25 +507,214 @@ def population_field(reference: MeanFieldDrift, path_params: gpath.PathParams,
   return jax.lax.stop_gradient(reference.field_from(sample_at))
 
 
-def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
-                base_drift: BaseDrift | MeanFieldDrift = None,
-                collision_fn: Callable[[jax.Array], jax.Array] | None = None,
-                state_cost: StateCost = None,
-                state_weight: float = 1.0) -> contract.TrainKernel:
+def reference_at(drift: BaseDrift | MeanFieldDrift, field: jax.Array | None) -> BaseDrift:
+  """The reference drift f(t, x) given the current table."""
+  if _is_mean_field(drift):
+    return lambda t, x: drift.drift(t, x, field)
+  return drift
+
+
+def init_state(parts: _Parts, key: jax.Array) -> FSBMState:
+  """Both networks, their AdamW states and EMAs, and the (zero) mean-field table."""
+  dim, drift = parts.settings.dim, parts.task.base_drift
+  k_fwd, k_bwd, key = jax.random.split(key, 3)
+  x = jnp.zeros((1, dim), jnp.float32)
+  t = jnp.zeros((1,), jnp.float32)
+  params = _stack2([parts.net.init(k_fwd, x, t), parts.net.init(k_bwd, x, t)])
+  opt_state = jax.vmap(parts.tx.init)(params)
+  field = (jnp.zeros(tuple(drift.field_shape), jnp.float32) if _is_mean_field(drift)
+           else None)
+  return FSBMState(step=jnp.zeros((), jnp.int32), params=params, opt_state=opt_state,
+                   ema_params=params, num_updates=jnp.zeros((2,), jnp.int32), key=key,
+                   field=field)
+
+
+def simulate_state(parts: _Parts, state: FSBMState, x_start: jax.Array, key: jax.Array,
+                   sign: ArrayLike, use_ema: bool = True) -> jax.Array:
+  """The direction ``sign``'s model simulated from x_start [n, D]: [nfe + 1, n, D]."""
+  idx = jnp.where(jnp.asarray(sign) > 0, 0, 1)
+  p = _take(state.ema_params if use_ema else state.params, idx)
+  return simulate(parts.net.apply, p, x_start, key, sigma=parts.settings.csoc.sigma,
+                  num_steps=parts.settings.num_sim_steps, sign=sign,
+                  base_drift=reference_at(parts.task.base_drift, state.field))
+
+
+class _Round(NamedTuple):
+  """Which direction alternation k simulates, fits and trains."""
+
+  first: jax.Array        # [] bool, round 0
+  sim_sign: jax.Array     # [] +1 simulate forward from x0 (k odd), -1 backward (k even)
+  fit_sign: jax.Array     # [] the CondSOC anchoring (+1 at round 0)
+  train_idx: jax.Array    # [] int, the trained network: 0 forward, 1 backward
+  train_sign: jax.Array   # [] its sign
+
+
+def round_of(k: jax.Array) -> _Round:
+  """Round k >= 1 simulates direction fwd (k odd) or bwd (k even) and trains the
+  opposite network; round 0 fits forward and trains forward."""
+  first = k == 0
+  sim_sign = jnp.where(k % 2 == 1, 1.0, -1.0)
+  fit_sign = jnp.where(first, 1.0, sim_sign)
+  train_idx = jnp.where(first | (k % 2 == 0), 0, 1)
+  train_sign = jnp.where(train_idx == 0, 1.0, -1.0)
+  return _Round(first, sim_sign, fit_sign, train_idx, train_sign)
+
+
+def initial_mean_path(parts: _Parts, state: FSBMState, x0: jax.Array, x1: jax.Array,
+                      rnd: _Round, key: jax.Array) -> jax.Array:
+  """[B, T_mean, D] mean knots: straight lines at round 0, else the simulated EMA
+  model's path at the knot times."""
+  def from_model(_):
+    x_start = jnp.where(rnd.sim_sign > 0, x0, x1)
+    path = simulate_state(parts, state, x_start, key, rnd.sim_sign)   # [nfe+1, B, D]
+    return jnp.swapaxes(path[parts.knot_idx], 0, 1)                  # [B, T, D]
+
+  def straight(_):
+    return jax.vmap(lambda a, b: gpath.linear_mean_path(
+        a, b, parts.settings.csoc.num_mean_knots))(x0, x1)
+
+  return jax.lax.cond(rnd.first, straight, from_model, None)
+
+
+def initial_field(parts: _Parts, state: FSBMState, mean_path: jax.Array, first: jax.Array,
+                  key: jax.Array) -> jax.Array | None:
+  """The table the R-step uses: built from the straight-line paths at round 0."""
+  drift, csoc = parts.task.base_drift, parts.settings.csoc
+  if not _is_mean_field(drift):
+    return state.field
+
+  def from_paths(_):
+    params0 = jax.vmap(lambda p: gpath.init_params(p, csoc.num_gamma_knots))(mean_path)
+    return population_field(drift, params0, mean_path[:, 0], mean_path[:, -1], key,
+                            sigma=csoc.sigma).astype(state.field.dtype)
+
+  return jax.lax.cond(first, from_paths, lambda _: state.field, None)
+
+
+class _Fitted(NamedTuple):
+  """The R-step's Gaussian paths, the M-step's regression data."""
+
+  path_params: gpath.PathParams   # leading [B] axis
+  x0: jax.Array                   # [B, D] the paths' endpoints
+  x1: jax.Array                   # [B, D]
+  sign: jax.Array                 # [] the trained direction's sign
+  base_drift: BaseDrift           # the reference drift the targets remove
+
+
+def match_loss_inputs(fitted: _Fitted, key: jax.Array, settings: FSBMSettings):
+  """(x_t [M, D], t [M], target drift [M, D]) of M pairs drawn from the fitted paths."""
+  k_idx, k_t, k_n = jax.random.split(key, 3)
+  dtype, num_pairs = fitted.x0.dtype, fitted.x0.shape[0]
+  idx = prng.randint(k_idx, (settings.match_batch,), 0, num_pairs)
+  t = prng.uniform(k_t, (settings.match_batch,), dtype, settings.t_eps, 1.0 - settings.t_eps)
+  noise = prng.normal(k_n, (settings.match_batch, settings.dim), dtype)
+  pp = _take(fitted.path_params, idx)
+  xt, target = jax.vmap(lambda q, a, b, tt, n: path_drift_at(
+      q, a, b, tt, n, sigma=settings.csoc.sigma, sign=fitted.sign,
+      base_drift=fitted.base_drift))(pp, fitted.x0[idx], fitted.x1[idx], t, noise)
+  return xt, t, target
+
+
+def match_step(parts: _Parts, fitted: _Fitted, count0: jax.Array, carry, inputs):
+  """One M-step: AdamW on the bridge-matching loss, then the warmed-up EMA."""
+  p, s, e = carry
+  step_key, i = inputs
+  xt, t, target = match_loss_inputs(fitted, step_key, parts.settings)
+  update = blocks.gradient_step(bridge_matching_loss, parts.tx)(
+      p, s, parts.net.apply, xt, t, target)
+  # EMA warm-up min(decay, (1 + n) / (10 + n)): at the official scale (4000 steps per
+  # alternation) it is the plain 0.999 EMA, but at reduced scale a cold EMA would still
+  # weigh the random init by 0.999^steps.
+  n = (count0 + i).astype(jnp.float32)
+  decay = jnp.minimum(parts.settings.ema_decay, (1.0 + n) / (10.0 + n))
+  e = blocks.ema_update(e, update.params, decay)
+  return (update.params, update.opt_state, e), {"loss": update.loss}
+
+
+def _tail_mean(metrics):
+  """The M-step loss: a mean over the last tenth of the alternation's steps."""
+  losses = metrics["loss"]
+  return {"loss": jnp.mean(losses[-max(1, losses.shape[0] // 10):])}
+
+
+def m_step(parts: _Parts, state: FSBMState, rnd: _Round, fitted: _Fitted, key: jax.Array):
+  """``match_steps`` M-steps of the trained direction's network (one scan):
+  (params, opt state, ema of that network, M-step loss [])."""
+  steps = parts.settings.match_steps
+  carry = (_take(state.params, rnd.train_idx), _take(state.opt_state, rnd.train_idx),
+           _take(state.ema_params, rnd.train_idx))
+  step = functools.partial(match_step, parts, fitted, state.num_updates[rnd.train_idx])
+  scan = blocks.scan_steps(step, steps, batch_axis=0, metrics=_tail_mean)
+  (params, opt_state, ema), metrics = scan(
+      carry, (jax.random.split(key, steps), jnp.arange(steps)))
+  return params, opt_state, ema, metrics["loss"]
+
+
+def _pair_weights(task: TaskTerms, batch, x0: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """([B] tau, [B] state-cost weight) of the batch, or the task's defaults."""
+  tau = batch.get("tau", jnp.full(x0.shape[:1], task.tau, x0.dtype))
+  chex.assert_shape(tau, x0.shape[:1])
+  weight = batch.get("state_weight", jnp.full(x0.shape[:1], task.state_weight, x0.dtype))
+  chex.assert_shape(weight, x0.shape[:1])
+  return tau, weight
+
+
+def alternation(parts: _Parts, state: FSBMState, batch):
+  """One alternation (R-step then M-step): ``train_step(state, batch)``."""
+  x0, x1 = batch["x0"], batch["x1"]
+  chex.assert_rank([x0, x1], 2)
+  chex.assert_equal_shape([x0, x1])
+  tau, weight = _pair_weights(parts.task, batch, x0)
+  csoc, drift = parts.settings.csoc, parts.task.base_drift
+  key, k_sim, k_csoc, k_match, k_eval = jax.random.split(state.key, 5)
+  # A separate stream for the mean-field tables, so tasks without one keep
+  # exactly the random numbers they had before mean-field drifts existed.
+  k_field_in, k_field_out = jax.random.split(jax.random.fold_in(state.key, 2**20))
+  rnd = round_of(state.step)
+  mean_path = initial_mean_path(parts, state, x0, x1, rnd, k_sim)
+  px0, px1 = mean_path[:, 0], mean_path[:, -1]
+  field_in = initial_field(parts, state, mean_path, rnd.first, k_field_in)
+  path_params, csoc_losses, csoc_rejected = condsoc_solve(
+      px0, px1, mean_path, k_csoc, settings=csoc,
+      guide=parts.guide._replace(base_drift=reference_at(drift, field_in),
+                                 state_cost=parts.task.state_cost),
+      weights=PairWeights(rnd.fit_sign, tau, weight), with_stats=True)
+  field_out = state.field
+  if _is_mean_field(drift):
+    field_out = population_field(drift, path_params, px0, px1, k_field_out,
+                                 sigma=csoc.sigma).astype(state.field.dtype)
+  fitted = _Fitted(path_params, px0, px1, rnd.train_sign, reference_at(drift, field_out))
+  params, opt_state, ema, match_loss = m_step(parts, state, rnd, fitted, k_match)
+  new_state = FSBMState(
+      step=state.step + 1, params=_put(state.params, rnd.train_idx, params),
+      opt_state=_put(state.opt_state, rnd.train_idx, opt_state),
+      ema_params=_put(state.ema_params, rnd.train_idx, ema),
+      num_updates=state.num_updates.at[rnd.train_idx].add(parts.settings.match_steps),
+      key=key, field=field_out)
+  metrics = {
+      "loss": match_loss,
+      "csoc_loss_first": csoc_losses[0],
+      "csoc_loss_last": csoc_losses[-1],
+      # Pair-steps the CondSOC safeguard rejected in this R-step (0: plain SGD).
+      "csoc_rejected": jnp.sum(csoc_rejected).astype(jnp.float32),
+      "train_direction": rnd.train_idx.astype(jnp.float32),
+  }
+  if parts.task.collision_fn is not None:
+    path = simulate_state(parts, new_state, x0, k_eval, 1.0)
+    metrics["collision_rate"] = jnp.mean(
+        jnp.any(parts.task.collision_fn(path), axis=0).astype(jnp.float32))
+  return new_state, metrics
+
+
+def make_kernel(settings: FSBMSettings, keypoints: ArrayLike,
+                task: TaskTerms = TaskTerms()) -> contract.TrainKernel:
   """Builds the FSBM alternating kernel.
 
   Args:
     settings: static settings.
     keypoints: [K, S, D] aligned trajectories on the CondSOC grid.
-    tau: default feedback weight, used for a batch without ``"tau"``.
-    base_drift: optional reference drift: f(t, x), or a :class:`MeanFieldDrift`
-      (its table lives in ``FSBMState.field``).
-    collision_fn: optional ``x [..., D] -> bool [...]`` obstacle test; when
-      given, each alternation reports the forward EMA model's collision rate.
-    state_cost: optional known state cost V(x) in every R-step (with tau = 0
-      this is the GSBM-style baseline that is told where the obstacles are).
-    state_weight: default weight of ``state_cost``, used for a batch without
-      ``"state_weight"``.
+    task: the task's reference drift, obstacle test, known state cost and the default
+      tau and state-cost weight (:class:`TaskTerms`).
 
   Returns:
     A :class:`~jaxlib_papers.core.contract.TrainKernel`: ``train_step(state, batch)``
@@ -452,160 +722,23 @@ def make_kernel(settings: FSBMSettings, keypoints: ArrayLike, *, tau: float,
     marginals and optionally "tau": [B] per-pair feedback weights and "state_weight": [B]
     per-pair weights of ``state_cost`` (traced, so FSBM, its tau = 0 baseline and the
     GSBM-style baseline share one compiled program; the loop shards them with the
-    pairs). Extras:
-    ``simulate(state, x_start [n, D], key, sign, use_ema=True) -> [nfe + 1, n, D]``
-    (forward-time order), ``apply_fn`` (the flax network's apply) and ``settings``.
+    pairs). Extra: ``simulate(state, x_start [n, D], key, sign, use_ema=True) ->
+    [nfe + 1, n, D]`` (forward-time order).
   """
-  if tau < 0:
-    raise ValueError(f"tau must be >= 0, got {tau}")
-  if state_weight < 0:
-    raise ValueError(f"state_weight must be >= 0, got {state_weight}")
+  if task.tau < 0:
+    raise ValueError(f"tau must be >= 0, got {task.tau}")
+  if task.state_weight < 0:
+    raise ValueError(f"state_weight must be >= 0, got {task.state_weight}")
   kp = feedback.check_keypoints(keypoints, settings.csoc.num_steps)
   if kp.shape[2] != settings.dim:
     raise ValueError(f"keypoints have dim {kp.shape[2]}, config dim is {settings.dim}")
   keypoints_arr = jnp.asarray(kp)
-  inv_std = feedback.keypoint_inv_std(keypoints_arr)
-  net = models.VectorField(dim=settings.dim, hidden=settings.hidden)
-  apply_fn = net.apply
-  tx = optax.adamw(settings.lr, weight_decay=settings.weight_decay, eps=1e-8)
-  csoc = settings.csoc
-  knot_idx = knot_indices(settings.num_sim_steps, csoc.num_mean_knots)
-  mean_field = base_drift is not None and hasattr(base_drift, "field_from")
-  field_shape = tuple(base_drift.field_shape) if mean_field else (0,)
-
-  def reference(field):
-    """The reference drift f(t, x) given the current table."""
-    if mean_field:
-      return lambda t, x: base_drift.drift(t, x, field)
-    return base_drift
-
-  def init(key):
-    k_fwd, k_bwd, key = jax.random.split(key, 3)
-    x = jnp.zeros((1, settings.dim), jnp.float32)
-    t = jnp.zeros((1,), jnp.float32)
-    params = _stack2([net.init(k_fwd, x, t), net.init(k_bwd, x, t)])
-    opt_state = jax.vmap(tx.init)(params)
-    return FSBMState(step=jnp.zeros((), jnp.int32), params=params,
-                     opt_state=opt_state, ema_params=params,
-                     num_updates=jnp.zeros((2,), jnp.int32), key=key,
-                     field=jnp.zeros(field_shape, jnp.float32))
-
-  def sim(state, x_start, key, sign, use_ema=True):
-    idx = jnp.where(jnp.asarray(sign) > 0, 0, 1)
-    p = _take(state.ema_params if use_ema else state.params, idx)
-    return simulate(apply_fn, p, x_start, key, sigma=csoc.sigma,
-                    num_steps=settings.num_sim_steps, sign=sign,
-                    base_drift=reference(state.field))
-
-  def train_step(state: FSBMState, batch):
-    x0, x1 = batch["x0"], batch["x1"]
-    chex.assert_rank([x0, x1], 2)
-    chex.assert_equal_shape([x0, x1])
-    tau_value = batch.get("tau", jnp.full(x0.shape[:1], tau, x0.dtype))
-    chex.assert_shape(tau_value, x0.shape[:1])
-    weight_value = batch.get("state_weight", jnp.full(x0.shape[:1], state_weight, x0.dtype))
-    chex.assert_shape(weight_value, x0.shape[:1])
-    k = state.step
-    key, k_sim, k_csoc, k_match, k_eval = jax.random.split(state.key, 5)
-    # A separate stream for the mean-field tables, so tasks without one keep
-    # exactly the random numbers they had before mean-field drifts existed.
-    k_field = jax.random.fold_in(state.key, 2**20)
-    first = k == 0
-    # Round k >= 1 simulates direction fwd (k odd) or bwd (k even) and trains
-    # the opposite network; round 0 fits forward and trains forward.
-    sim_sign = jnp.where(k % 2 == 1, 1.0, -1.0)
-    fit_sign = jnp.where(first, 1.0, sim_sign)
-    train_idx = jnp.where(first | (k % 2 == 0), 0, 1)
-    train_sign = jnp.where(train_idx == 0, 1.0, -1.0)
-
-    def from_model(_):
-      x_start = jnp.where(sim_sign > 0, x0, x1)
-      path = sim(state, x_start, k_sim, sim_sign)          # [nfe+1, B, D]
-      return jnp.swapaxes(path[knot_idx], 0, 1)           # [B, T, D]
-
-    def straight(_):
-      return jax.vmap(lambda a, b: gpath.linear_mean_path(
-          a, b, csoc.num_mean_knots))(x0, x1)
-
-    mean_path = jax.lax.cond(first, straight, from_model, None)
-    px0, px1 = mean_path[:, 0], mean_path[:, -1]
-    field_in, field_out = state.field, state.field
-    k_field_in, k_field_out = jax.random.split(k_field)
-    if mean_field:
-      def initial_field(_):
-        params0 = jax.vmap(lambda p: gpath.init_params(p, csoc.num_gamma_knots))(
-            mean_path)
-        return population_field(base_drift, params0, px0, px1, k_field_in,
-                                sigma=csoc.sigma).astype(state.field.dtype)
-
-      field_in = jax.lax.cond(first, initial_field, lambda _: state.field, None)
-    path_params, csoc_losses, csoc_rejected = condsoc_solve(
-        px0, px1, mean_path, k_csoc, settings=csoc, sign=fit_sign,
-        tau=tau_value, keypoints=keypoints_arr, inv_std=inv_std,
-        base_drift=reference(field_in), state_cost=state_cost, state_weight=weight_value,
-        with_stats=True)
-    if mean_field:
-      field_out = population_field(base_drift, path_params, px0, px1, k_field_out,
-                                   sigma=csoc.sigma).astype(state.field.dtype)
-    m_drift = reference(field_out)
-
-    # ---- M-step on the trained direction's network.
-    num_pairs = x0.shape[0]
-    params = _take(state.params, train_idx)
-    opt_state = _take(state.opt_state, train_idx)
-    ema = _take(state.ema_params, train_idx)
-
-    count0 = state.num_updates[train_idx]
-
-    def match_step(carry, inputs):
-      p, s, e = carry
-      step_key, i = inputs
-      k_idx, k_t, k_n = jax.random.split(step_key, 3)
-      idx = prng.randint(k_idx, (settings.match_batch,), 0, num_pairs)
-      t = prng.uniform(k_t, (settings.match_batch,), x0.dtype,
-                             settings.t_eps, 1.0 - settings.t_eps)
-      noise = prng.normal(k_n, (settings.match_batch, settings.dim),
-                                x0.dtype)
-      pp = _take(path_params, idx)
-      xt, target = jax.vmap(lambda q, a, b, tt, n: path_drift_at(
-          q, a, b, tt, n, sigma=csoc.sigma, sign=train_sign,
-          base_drift=m_drift))(pp, px0[idx], px1[idx], t, noise)
-      loss, grads = jax.value_and_grad(bridge_matching_loss)(
-          p, apply_fn, xt, t, target)
-      updates, s = tx.update(grads, s, p)
-      p = optax.apply_updates(p, updates)
-      # EMA warm-up min(decay, (1 + n) / (10 + n)): at the official scale
-      # (4000 steps per alternation) it is the plain 0.999 EMA, but at reduced
-      # scale a cold EMA would still weigh the random init by 0.999^steps.
-      n = (count0 + i).astype(jnp.float32)
-      decay = jnp.minimum(settings.ema_decay, (1.0 + n) / (10.0 + n))
-      e = optax.incremental_update(p, e, 1.0 - decay)
-      return (p, s, e), loss
-
-    (params, opt_state, ema), match_losses = jax.lax.scan(
-        match_step, (params, opt_state, ema),
-        (jax.random.split(k_match, settings.match_steps),
-         jnp.arange(settings.match_steps)))
-    new_state = FSBMState(
-        step=k + 1,
-        params=_put(state.params, train_idx, params),
-        opt_state=_put(state.opt_state, train_idx, opt_state),
-        ema_params=_put(state.ema_params, train_idx, ema),
-        num_updates=state.num_updates.at[train_idx].add(settings.match_steps),
-        key=key, field=field_out)
-    metrics = {
-        "loss": jnp.mean(match_losses[-max(1, settings.match_steps // 10):]),
-        "csoc_loss_first": csoc_losses[0],
-        "csoc_loss_last": csoc_losses[-1],
-        # Pair-steps the CondSOC safeguard rejected in this R-step (0: plain SGD).
-        "csoc_rejected": jnp.sum(csoc_rejected).astype(jnp.float32),
-        "train_direction": train_idx.astype(jnp.float32),
-    }
-    if collision_fn is not None:
-      path = sim(new_state, x0, k_eval, 1.0)
-      metrics["collision_rate"] = jnp.mean(
-          jnp.any(collision_fn(path), axis=0).astype(jnp.float32))
-    return new_state, metrics
-
-  return contract.train_kernel(init, train_step, simulate=sim, apply_fn=apply_fn,
-                               settings=settings)
+  parts = _Parts(
+      settings=settings,
+      guide=Guidance(keypoints_arr, feedback.keypoint_inv_std(keypoints_arr)),
+      task=task, net=models.VectorField(dim=settings.dim, hidden=settings.hidden),
+      tx=optax.adamw(settings.lr, weight_decay=settings.weight_decay, eps=1e-8),
+      knot_idx=knot_indices(settings.num_sim_steps, settings.csoc.num_mean_knots))
+  return contract.train_kernel(functools.partial(init_state, parts),
+                               functools.partial(alternation, parts),
+                               simulate=functools.partial(simulate_state, parts))

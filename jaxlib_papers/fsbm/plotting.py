@@ -1,4 +1,7 @@
-"""Plots: trajectories over the obstacles with keypoints; opinion polarisation."""
+"""Plots: trajectories over the obstacles with keypoints; opinion polarisation.
+
+The figure functions take ``train.RunResult`` rows and return ``core.figures`` figures
+(saved by the reproduction check, shown by the notebook)."""
 
 from __future__ import annotations
 
@@ -64,14 +67,40 @@ def plot_opinion_pca(ax, paths, *, title: str = "", num: int = 60) -> None:
   ax.set_title(title)
 
 
-def opinion_figure(fsbm: dict, base: dict, reference_polarisation, *, title: str = "opinion"):
+def opinion_figure(fsbm, base, reference_polarisation, *, title: str = "opinion"):
   """Polarisation over time (FSBM, tau = 0, reference dynamics, p1) and both models'
-  paths in PCA; fsbm / base are ``train.evaluate`` results of the opinion task."""
+  paths in PCA; fsbm / base are ``train.RunResult`` rows of the opinion task."""
   fig, axes = figures.new_figure(1, 3, size=(5.0, 4.5))
-  plot_polarisation(axes[0], {"FSBM": fsbm["polarisation_path"],
-                              "tau = 0": base["polarisation_path"],
+  ev_f, ev_b = fsbm.evaluation, base.evaluation
+  plot_polarisation(axes[0], {"FSBM": ev_f.polarisation_path,
+                              "tau = 0": ev_b.polarisation_path,
                               "reference dynamics": reference_polarisation},
-                    target=fsbm["target_polarisation"])
-  for ax, res, name in ((axes[1], fsbm, "FSBM"), (axes[2], base, "tau = 0")):
-    plot_opinion_pca(ax, res["paths"], title=f"{title} {name} (PCA at t = 0.5)")
+                    target=ev_f.target_polarisation)
+  for ax, ev, name in ((axes[1], ev_f, "FSBM"), (axes[2], ev_b, "tau = 0")):
+    plot_opinion_pca(ax, ev.paths, title=f"{title} {name} (PCA at t = 0.5)")
+  return fig
+
+
+def trajectories_figure(task: str, fsbm, base, *, with_w2: bool = True):
+  """FSBM's and tau = 0's forward paths over the obstacles, with the feedback keypoints;
+  fsbm / base are ``train.RunResult`` rows of a crowd task."""
+  fig, axes = figures.new_figure(1, 2, size=(5.0, 5.0))
+  for ax, res, name in ((axes[0], fsbm, "FSBM"), (axes[1], base, "tau = 0")):
+    ev = res.evaluation
+    title = f"{task} {name}: collision {ev.collision_rate:.2f}"
+    plot_trajectories(ax, task, ev.paths, res.feedback_keypoints,
+                      title=title + (f", W2 {ev.w2:.2f}" if with_w2 else ""))
+  return fig
+
+
+def collision_history_figure(runs, names):
+  """The forward model's collision rate after each alternation, one line per run."""
+  fig, ax = figures.new_figure(size=(5.0, 3.0))
+  for res, name in zip(runs, names):
+    ax.plot([r["step"] for r in res.history], [r["collision_rate"] for r in res.history],
+            marker="o", label=name)
+  ax.set_xlabel("alternation")
+  ax.set_ylabel("collision rate")
+  ax.set_ylim(-0.05, 1.05)
+  ax.legend()
   return fig

@@ -45,8 +45,8 @@ def task_run(task: str, tau: float, preset: str, seed: int, keypoints_path: str 
   """FSBM (tau), tau = 0 and, on tasks with obstacles, the GSBM-style baseline (tau = 0
   with GSBM's known obstacle cost in every R-step): three runs of one compiled program.
 
-  Returns (config, [fsbm, tau0(, gsbm)], seconds for all runs); a diverged run is a dict
-  with "error".
+  Returns (config, [fsbm, tau0(, gsbm)] ``train.RunResult`` rows, seconds for all runs);
+  a diverged run has its ``error`` set.
   """
   from jaxlib_papers.fsbm import tasks  # pylint: disable=g-import-not-at-top
   overrides = {"seed": seed}
@@ -57,20 +57,16 @@ def task_run(task: str, tau: float, preset: str, seed: int, keypoints_path: str 
   if task in tasks.OBSTACLE_WEIGHT:
     taus, weights = taus + (0.0,), weights + (tasks.OBSTACLE_WEIGHT[task],)
   start = time.perf_counter()
-  runs = train.run(config, taus=taus, obstacle_weights=weights, verbose=preset != "smoke",
-                   errors="record")
-  return config, runs, time.perf_counter() - start
+  result = train.run(config, taus=taus, obstacle_weights=weights, verbose=preset != "smoke",
+                     errors="record")
+  return config, result.runs, time.perf_counter() - start
 
 
 def plot(ctx, task, fsbm, base):
   from jaxlib_papers.core import figures  # pylint: disable=g-import-not-at-top
   from jaxlib_papers.fsbm import plotting  # pylint: disable=g-import-not-at-top
-  fig, axes = figures.new_figure(1, 2, size=(5.0, 5.0))
-  for ax, res, name in ((axes[0], fsbm, "FSBM"), (axes[1], base, "tau = 0")):
-    plotting.plot_trajectories(
-        ax, task, res["paths"], res["feedback_keypoints"],
-        title=f"{task} {name}: collision {res['collision_rate']:.2f}, W2 {res['w2']:.2f}")
-  figures.save(fig, ctx.report_dir / f"fsbm_{task}.png", dpi=100)
+  figures.save(plotting.trajectories_figure(task, fsbm, base),
+               ctx.report_dir / f"fsbm_{task}.png", dpi=100)
 
 
 # XLA:CPU (jax 0.10.2) hands reductions to its YNNPACK library fusions by default; on the
@@ -94,17 +90,18 @@ def check(ctx) -> list[reproduce.Claim]:
     data = ctx.data_label(f"fsbm/kp_traj_{task}.pt")
     config, (fsbm, base, gsbm), seconds = task_run(task, tau, ctx.preset, ctx.seed,
                                                    str(kp_file) if kp_file else None)
-    if "error" in fsbm or "error" in base:
+    if fsbm.error or base.error:
       # A diverged run is a result, not a crash of the whole report: record it and go on.
       claims.append(reproduce.Claim(
           claim=f"{task}: FSBM (tau={tau:g}) and tau=0 train to the end (finite losses)",
-          paper="-", ours="diverged: " + "; ".join(r["error"] for r in (fsbm, base)
-                                                    if "error" in r),
+          paper="-", ours="diverged: " + "; ".join(r.error for r in (fsbm, base)
+                                                    if r.error),
           holds=False, data=data))
       continue
     plot(ctx, task, fsbm, base)
-    ho_f = held_out_tracking_error(fsbm["paths"], fsbm["held_out_keypoints"])
-    ho_b = held_out_tracking_error(base["paths"], base["held_out_keypoints"])
+    ho_f = held_out_tracking_error(fsbm.evaluation.paths, fsbm.held_out_keypoints)
+    ho_b = held_out_tracking_error(base.evaluation.paths, base.held_out_keypoints)
+    ev_f, ev_b = fsbm.evaluation, base.evaluation
     setting = (f"{config.loop.num_steps} alternations, B {config.batch_size}, "
                f"{config.csoc.num_iters} CondSOC iters, {config.match.steps} M-steps; "
                f"{seconds:.0f}s for the FSBM, tau=0 and GSBM-style runs")
@@ -113,19 +110,19 @@ def check(ctx) -> list[reproduce.Claim]:
             claim=f"{task}: FSBM (tau={tau:g}) collision rate <= 0.10 [{setting}]",
             paper="official code, reduced S-tunnel: 0.07 -> 0.03" if task == "stunnel"
             else "-",
-            ours=f"{fsbm['collision_rate']:.3f}", holds=fsbm["collision_rate"] <= 0.10,
+            ours=f"{ev_f.collision_rate:.3f}", holds=ev_f.collision_rate <= 0.10,
             data=data),
         reproduce.Claim(
             claim=f"{task}: tau=0 baseline collision rate >= 0.95",
             paper="official code, reduced S-tunnel: 1.00" if task == "stunnel" else "-",
-            ours=f"{base['collision_rate']:.3f}", holds=base["collision_rate"] >= 0.95,
+            ours=f"{ev_b.collision_rate:.3f}", holds=ev_b.collision_rate >= 0.95,
             data=data),
         reproduce.Claim(
             claim=f"{task}: W2(generated, target) <= 0.5 for FSBM and tau=0",
             paper="official code, reduced S-tunnel: both <= 0.5" if task == "stunnel"
             else "-",
-            ours=f"FSBM {fsbm['w2']:.3f}, tau=0 {base['w2']:.3f}",
-            holds=fsbm["w2"] <= 0.5 and base["w2"] <= 0.5, data=data),
+            ours=f"FSBM {ev_f.w2:.3f}, tau=0 {ev_b.w2:.3f}",
+            holds=ev_f.w2 <= 0.5 and ev_b.w2 <= 0.5, data=data),
         reproduce.Claim(
             claim=f"{task}: held-out keypoints tracked better with feedback "
                   "(mean distance to the nearest-start generated path)",
@@ -142,14 +139,15 @@ def gsbm_claim(task, fsbm, gsbm, data) -> reproduce.Claim:
   claim = (f"{task}: GSBM-style baseline (tau=0, obstacle cost known, weight "
            f"{'1500' if task == 'stunnel' else '3000'}) avoids the obstacles "
            "(collision rate <= 0.10, W2 <= 0.5); FSBM, not told the obstacles, beside it")
-  if "error" in gsbm:
-    return reproduce.Claim(claim=claim, paper="-", ours=f"diverged: {gsbm['error']}",
+  if gsbm.error:
+    return reproduce.Claim(claim=claim, paper="-", ours=f"diverged: {gsbm.error}",
                            holds=False, data=data)
+  ev_g, ev_f = gsbm.evaluation, fsbm.evaluation
   return reproduce.Claim(
       claim=claim, paper="GSBM/FSBM papers: both avoid the obstacles (figures)",
-      ours=f"GSBM-style collision {gsbm['collision_rate']:.3f}, W2 {gsbm['w2']:.3f}; "
-           f"FSBM {fsbm['collision_rate']:.3f}, W2 {fsbm['w2']:.3f}",
-      holds=gsbm["collision_rate"] <= 0.10 and gsbm["w2"] <= 0.5, data=data)
+      ours=f"GSBM-style collision {ev_g.collision_rate:.3f}, W2 {ev_g.w2:.3f}; "
+           f"FSBM {ev_f.collision_rate:.3f}, W2 {ev_f.w2:.3f}",
+      holds=ev_g.collision_rate <= 0.10 and ev_g.w2 <= 0.5, data=data)
 
 
 def opinion_claims(ctx) -> list[reproduce.Claim]:
@@ -160,13 +158,14 @@ def opinion_claims(ctx) -> list[reproduce.Claim]:
   from jaxlib_papers.fsbm import tasks  # pylint: disable=g-import-not-at-top
   data = "generated"  # no official opinion keypoints exist
   config, (fsbm, base), seconds = task_run("opinion", 10.0, ctx.preset, ctx.seed, None)
-  if "error" in fsbm or "error" in base:
+  if fsbm.error or base.error:
     return [reproduce.Claim(
         claim="opinion: FSBM (tau=10) and tau=0 train to the end (finite losses)",
-        paper="-", ours="diverged: " + "; ".join(r["error"] for r in (fsbm, base)
-                                                  if "error" in r),
+        paper="-", ours="diverged: " + "; ".join(r.error for r in (fsbm, base)
+                                                  if r.error),
         holds=False, data=data)]
-  n = len(fsbm["paths"][-1])
+  ev_f, ev_b = fsbm.evaluation, base.evaluation
+  n = len(ev_f.paths[-1])
   p0, p1 = tasks.marginals("opinion", int(config.dim))
   rng = np.random.default_rng(ctx.seed + 123)
   ref_pol = train.reference_polarisation(config, p0.sample(rng, n), jax.random.key(ctx.seed))
@@ -175,9 +174,9 @@ def opinion_claims(ctx) -> list[reproduce.Claim]:
   setting = (f"D {config.dim}, {config.loop.num_steps} alternations, B {config.batch_size}, "
              f"{config.csoc.num_iters} CondSOC iters, {config.match.steps} M-steps; "
              f"{seconds:.0f}s for both runs")
-  pol = lambda r: f"max {r['polarisation_max']:.3f}, t=1 {r['polarisation']:.3f}"
-  ho_f = held_out_tracking_error(fsbm["paths"], fsbm["held_out_keypoints"])
-  ho_b = held_out_tracking_error(base["paths"], base["held_out_keypoints"])
+  pol = lambda e: f"max {e.polarisation_max:.3f}, t=1 {e.polarisation:.3f}"
+  ho_f = held_out_tracking_error(ev_f.paths, fsbm.held_out_keypoints)
+  ho_b = held_out_tracking_error(ev_b.paths, base.held_out_keypoints)
   return [
       reproduce.Claim(
           claim="opinion: the polarising reference dynamics polarise p0 "
@@ -189,14 +188,14 @@ def opinion_claims(ctx) -> list[reproduce.Claim]:
           claim=f"opinion: FSBM paths less polarised than tau=0 (max over t of the "
                 f"polarisation index <= 0.75x) [{setting}]",
           paper="FSBM paper: feedback depolarises (figure, no number)",
-          ours=f"FSBM {pol(fsbm)}; tau=0 {pol(base)}; target {fsbm['target_polarisation']:.3f}",
-          holds=fsbm["polarisation_max"] <= 0.75 * base["polarisation_max"], data=data),
+          ours=f"FSBM {pol(ev_f)}; tau=0 {pol(ev_b)}; target {ev_f.target_polarisation:.3f}",
+          holds=ev_f.polarisation_max <= 0.75 * ev_b.polarisation_max, data=data),
       reproduce.Claim(
           claim="opinion: FSBM and tau=0 reach p1 (terminal MMD^2 <= 10x that of two "
                 "independent p1 samples of the same size)",
           paper="-",
-          ours=f"FSBM {fsbm['mmd']:.4f}, tau=0 {base['mmd']:.4f}, two p1 samples {floor:.4f}",
-          holds=max(fsbm["mmd"], base["mmd"]) <= 10.0 * floor, data=data),
+          ours=f"FSBM {ev_f.mmd:.4f}, tau=0 {ev_b.mmd:.4f}, two p1 samples {floor:.4f}",
+          holds=max(ev_f.mmd, ev_b.mmd) <= 10.0 * floor, data=data),
       reproduce.Claim(
           claim="opinion: held-out keypoints tracked better with feedback",
           paper="-", ours=f"FSBM {ho_f:.2f}, tau=0 {ho_b:.2f}",

@@ -92,6 +92,26 @@ def test_feedback_gradient_finite_differences_float64(ref):
                                atol=1e-5)
 
 
+def _guide(kw):
+  return kernel.Guidance(kw.pop("keypoints"), kw.pop("inv_std"),
+                         state_cost=kw.pop("state_cost", None))
+
+
+def _pair_loss(params, x0, x1, noise, **kw):
+  """``kernel.condsoc_pair_loss`` from keyword arguments (settings grouped here)."""
+  terms = kernel.LossTerms(with_feedback=kw.pop("with_feedback", True))
+  problem = kernel.CondSOCProblem(kw.pop("sigma"), kw.pop("t"), _guide(kw))
+  return kernel.condsoc_pair_loss(params, x0, x1, noise, problem,
+                                  kernel.PairWeights(**kw), terms)
+
+
+def _csolve(x0, x1, mean_path, key, *, settings, **kw):
+  """``kernel.condsoc_solve`` from keyword arguments (settings grouped here)."""
+  guide = _guide(kw)
+  return kernel.condsoc_solve(x0, x1, mean_path, key, settings=settings, guide=guide,
+                              weights=kernel.PairWeights(**kw))
+
+
 def _small_problem(num_pairs=16, steps=20):
   settings = kernel.CondSOCSettings(
       sigma=1.0, num_mean_knots=5, num_gamma_knots=6, num_steps=steps,
@@ -105,7 +125,7 @@ def _small_problem(num_pairs=16, steps=20):
 
 
 def _solve(settings, kp, inv_std, x0, x1, mean_path, key, sign, tau):
-  return kernel.condsoc_solve(x0, x1, mean_path, key, settings=settings, sign=sign,
+  return _csolve(x0, x1, mean_path, key, settings=settings, sign=sign,
                               tau=tau, keypoints=kp, inv_std=inv_std)
 
 
@@ -116,7 +136,7 @@ def test_condsoc_jit_equals_eager_and_decreases():
   noise = jax.random.normal(jax.random.key(0), (2, settings.num_steps, 2))
 
   def loss(p, sign):
-    return kernel.condsoc_pair_loss(p, x0[0], x1[0], noise, sigma=1.0, t=t, sign=sign,
+    return _pair_loss(p, x0[0], x1[0], noise, sigma=1.0, t=t, sign=sign,
                                     tau=10.0, keypoints=kp, inv_std=inv_std)[0]
 
   # Eager op-by-op dispatch is slow on CPU, so only the forward pass runs eagerly.
@@ -147,7 +167,7 @@ def test_tau_zero_has_no_feedback_term():
   params = gpath.init_params(mp[0], settings.num_gamma_knots)
   t = kernel.time_grid(settings)
   noise = jax.random.normal(jax.random.key(0), (2, settings.num_steps, 2))
-  loss, aux = kernel.condsoc_pair_loss(params, x0[0], x1[0], noise, sigma=1.0, t=t,
+  loss, aux = _pair_loss(params, x0[0], x1[0], noise, sigma=1.0, t=t,
                                        sign=1.0, tau=0.0, keypoints=kp, inv_std=inv_std)
   np.testing.assert_allclose(loss, aux["control"], rtol=1e-6)
   assert float(aux["feedback"]) > 0
@@ -165,7 +185,7 @@ def test_all_pairs_at_tau_zero_skip_the_feedback_terms_with_the_same_result():
   for a, b in zip(jax.tree.leaves(skipped), jax.tree.leaves(computed)):
     np.testing.assert_allclose(a[:15], b[:15], rtol=1e-6, atol=1e-7)
     assert not np.allclose(a[15], b[15])  # tau = 10 moved the last pair
-  no_fb = lambda p: kernel.condsoc_pair_loss(
+  no_fb = lambda p: _pair_loss(
       p, x0[0], x1[0], jnp.ones((2, settings.num_steps, 2)), sigma=1.0,
       t=kernel.time_grid(settings), sign=1.0, tau=0.0, keypoints=kp, inv_std=inv_std,
       with_feedback=False)
@@ -190,8 +210,8 @@ def test_state_cost_adds_its_mean_and_obstacle_cost_marks_obstacles():
   noise = jax.random.normal(jax.random.key(0), (2, settings.num_steps, 2))
   cost = lambda x: 3.0 * tasks.obstacle_cost("vneck", x)
   args = dict(sigma=1.0, t=t, sign=1.0, tau=0.0, keypoints=kp, inv_std=inv_std)
-  plain, _ = kernel.condsoc_pair_loss(params, x0[0], x1[0], noise, **args)
-  with_v, aux = kernel.condsoc_pair_loss(params, x0[0], x1[0], noise, state_cost=cost, **args)
+  plain, _ = _pair_loss(params, x0[0], x1[0], noise, **args)
+  with_v, aux = _pair_loss(params, x0[0], x1[0], noise, state_cost=cost, **args)
   x, _ = gpath.sample_and_drift(params, x0[0], x1[0], 1.0, t, noise, 1.0)
   assert float(jnp.mean(cost(x))) > 0.1
   np.testing.assert_allclose(with_v - plain, jnp.mean(cost(x)), rtol=1e-4)
@@ -212,7 +232,7 @@ def test_per_pair_state_weight_equals_separate_solves(tau):
   key = jax.random.key(2)
   v = lambda x: tasks.obstacle_cost("vneck", x)
   weight = jnp.where(jnp.arange(16) < 8, 0.0, 3.0)
-  solve = lambda **kw: jax.jit(lambda a, b, m: kernel.condsoc_solve(
+  solve = lambda **kw: jax.jit(lambda a, b, m: _csolve(
       a, b, m, key, settings=settings, sign=1.0, tau=tau, keypoints=kp, inv_std=inv_std,
       **kw)[0])(x0, x1, mp)
   mixed = solve(state_cost=v, state_weight=weight)
@@ -232,7 +252,7 @@ def test_all_pairs_at_state_weight_zero_skip_the_state_cost(tau):
   one without a state cost."""
   settings, kp, inv_std, x0, x1, mp = _small_problem()
   key = jax.random.key(5)
-  solve = lambda **kw: jax.jit(lambda a, b, m: kernel.condsoc_solve(
+  solve = lambda **kw: jax.jit(lambda a, b, m: _csolve(
       a, b, m, key, settings=settings, sign=1.0, tau=tau, keypoints=kp, inv_std=inv_std,
       **kw))(x0, x1, mp)
   nan_cost = lambda x: jnp.full(x.shape[:-1], jnp.nan, x.dtype)
@@ -261,7 +281,7 @@ def test_condsoc_keeps_std_end_knots_fixed(tau):
   t = kernel.time_grid(settings)
   noise = jax.random.normal(jax.random.key(0), (2, settings.num_steps, 2))
   init = gpath.init_params(mp[0], settings.num_gamma_knots)
-  grad = jax.grad(lambda p: kernel.condsoc_pair_loss(
+  grad = jax.grad(lambda p: _pair_loss(
       p, x0[0], x1[0], noise, sigma=1.0, t=t, sign=1.0, tau=tau, keypoints=kp,
       inv_std=inv_std)[0])(init)
   assert np.all(np.abs(np.asarray(grad.gamma_knots)[[0, -1]]) > 0)

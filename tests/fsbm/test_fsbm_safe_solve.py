@@ -21,8 +21,9 @@ def _neck_problem(num_steps, num_keypoints, *, lr_mean, lr_gamma, num_iters, num
   x1 = jnp.array([[6.9326506, 0.155162], [7.0, 0.5]])
   mean_path = jax.vmap(lambda a, b: gpath.linear_mean_path(a, b, num_mean))(x0, x1)
   return jax.jit(lambda key: kernel.condsoc_solve(
-      x0, x1, mean_path, key, settings=settings, sign=1.0, tau=10.0, keypoints=kp,
-      inv_std=feedback.keypoint_inv_std(kp), with_stats=True))(jax.random.key(1))
+      x0, x1, mean_path, key, settings=settings,
+      guide=kernel.Guidance(kp, feedback.keypoint_inv_std(kp)),
+      weights=kernel.PairWeights(sign=1.0, tau=10.0), with_stats=True))(jax.random.key(1))
 
 
 def test_vneck_official_rates_diverge_without_safeguard_and_stay_finite_with_it():

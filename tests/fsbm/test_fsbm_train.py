@@ -39,11 +39,11 @@ def test_smoke_feedback_lowers_collision_rate():
   config = default.task_config("stunnel", "smoke")
   # One device: sharding is tested on the kernels; 8 fake devices here only add cost.
   fsbm, base = train.run(config, taus=(config.tau, 0.0), verbose=False,
-                         mesh=distributed.make_mesh(devices=jax.devices()[:1]))
+                         mesh=distributed.make_mesh(devices=jax.devices()[:1])).runs
   for res in (fsbm, base):
-    assert np.isfinite(res["w2"]) and len(res["history"]) == config.loop.num_steps
-  assert fsbm["collision_rate"] < base["collision_rate"] - 0.2, (
-      fsbm["collision_rate"], base["collision_rate"])
+    assert np.isfinite(res.evaluation.w2) and len(res.history) == config.loop.num_steps
+  assert fsbm.evaluation.collision_rate < base.evaluation.collision_rate - 0.2, (
+      fsbm.evaluation.collision_rate, base.evaluation.collision_rate)
 
 
 def test_run_rejects_bad_obstacle_weights_and_error_mode():
