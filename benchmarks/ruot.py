@@ -75,6 +75,7 @@ import numpy as np  # noqa: E402
 from jaxlib_papers.core import datasets, timing  # noqa: E402
 from jaxlib_papers.ruot import data as data_lib  # noqa: E402
 from jaxlib_papers.ruot import kernel as K  # noqa: E402
+from jaxlib_papers.ruot import losses as L  # noqa: E402
 from jaxlib_papers.ruot.models import make_networks  # noqa: E402
 
 STAGE_PASSES = {"stage1": 50, "stage2": 30}  # the official gene notebook's schedule
@@ -87,7 +88,8 @@ def stage_settings(stage: str, args) -> K.FlowStageSettings:
   trainable, mass = (("v", "g"), 1.0) if stage == "stage1" else (("v",), 0.0)
   return K.FlowStageSettings(
       trainable=trainable, weights=K.FlowLossWeights(ot=0.1, mass=mass), optimizer="adam",
-      lr=1e-3, total_passes=10**9, passes_per_step=args.passes_per_call, dt=DT,
+      lr=1e-3, total_passes=10**6 * args.passes_per_call,
+      passes_per_step=args.passes_per_call, dt=DT,
       ot_kwargs=dict(method="exact"), sequential_updates=True, track_best=True)
 
 
@@ -248,10 +250,10 @@ def check_same(ours: Ours, official: Official) -> str:
   x0 = ours.xs[0]
   t0, t1 = ours.times[0], ours.times[1]
   params = jax.tree.map(lambda a: a[0], ours.all_params)
-  x1, log_w1 = K.weighted_flow(
+  x1, log_w1 = L.weighted_flow(
       lambda t, x: ours.nets.velocity(params, t, x), lambda t, x: ours.nets.growth(params, t, x),
       x0, jnp.full((x0.shape[0],), -np.log(x0.shape[0]), jnp.float32),
-      K.time_grid(t0, t1, official.dt))
+      L.time_grid(t0, t1, official.dt))
   f_net = official.nets["stage1"]
   calls = []
   hook = f_net.v_net.register_forward_hook(lambda *_: calls.append(1))
@@ -263,7 +265,7 @@ def check_same(ours: Ours, official: Official) -> str:
   if err_x > 1e-3 or err_w > 1e-3:
     raise AssertionError(f"the flows differ: x {err_x:.1e}, log w {err_w:.1e}")
   return (f"same weights and flow: max |ours - official| after interval {t0:g}->{t1:g} "
-          f"(Euler steps: ours {len(K.time_grid(t0, t1, official.dt)) - 1}, official "
+          f"(Euler steps: ours {len(L.time_grid(t0, t1, official.dt)) - 1}, official "
           f"{len(calls)} v-net calls): x {err_x:.1e}, log w {err_w:.1e}")
 
 
@@ -395,7 +397,7 @@ def profile(ours: Ours, official: Official | None, args) -> None:
     return 1e3 * statistics.median(timing.time_calls(fn, *a, repeats=reps)[0])
 
   def flow(params, x0, log_w0, grid):
-    return K.weighted_flow(lambda t, x: nets.velocity(params, t, x),
+    return L.weighted_flow(lambda t, x: nets.velocity(params, t, x),
                            lambda t, x: nets.growth(params, t, x), x0, log_w0, grid)
 
   def flow_grad(params, x0, log_w0, grid):  # gradient of sum x^2 + sum log w (a probe loss)
@@ -417,13 +419,13 @@ def profile(ours: Ours, official: Official | None, args) -> None:
   params0 = jax.tree.map(lambda a: a[0], ours.all_params)
   x_ends = [np.asarray(flow(params0, x0, log_w0, g)[0]) for g in grids]
   a0 = np.full(x0.shape[0], 1.0 / x0.shape[0], np.float32)
-  counts = jax.jit(K.nearest_counts)
+  counts = jax.jit(L.nearest_counts)
   ot_ms, mass_ms = [], []
   for x_end, y, mask in zip(x_ends, targets, masks):
     y, mask = np.asarray(y), np.asarray(mask)
     stamps = [time.perf_counter()]
     for _ in range(reps):
-      K._exact_plan_host(x_end, y, a0, mask / mask.sum())  # noqa: SLF001 (callback body)
+      L._exact_plan_host(x_end, y, a0, mask / mask.sum())  # noqa: SLF001 (callback body)
       stamps.append(time.perf_counter())
     ot_ms.append(1e3 * statistics.median(np.diff(stamps)))
     mass_ms.append(med_ms(counts, jnp.asarray(x_end), jnp.asarray(y), jnp.asarray(mask)))

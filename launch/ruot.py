@@ -22,14 +22,14 @@ def main(argv):
   del argv
   common.setup()
   from jaxlib_papers.ruot import train  # pylint: disable=g-import-not-at-top
-  results = train.run(_CONFIG.value, common.workdir("ruot"))
-  held = results["held_out_time"]
+  result = train.run(_CONFIG.value, common.workdir("ruot"))
+  held = result.held_out_time
   print("time |   W1 (mean +- std)  |   W2   |  TMV  | no-growth TMV")
-  for row in results["summary"]:
+  for row in result.summary:
     mark = " (held out)" if held is not None and row["time"] == held else ""
     print(f"{row['time']:4g} | {row['w1']:.3f} +- {row['w1_std']:.3f} | {row['w2']:.3f} | "
           f"{row['tmv']:.3f} | {row['tmv_no_growth']:.3f}{mark}")
-  print("stage seconds:", {k: round(v, 1) for k, v in results["timings"].items()})
+  print("stage seconds:", {k: round(v, 1) for k, v in result.timings.items()})
 
 
 if __name__ == "__main__":

@@ -21,18 +21,6 @@ MAX_PARAMS = 8
 # brought under the limit must leave it, and nothing may join it). Empty when issue 32 is
 # done.
 KNOWN_OVER = {
-    "fsbm/kernel.py:condsoc_pair_loss": "15 parameters",
-    "fsbm/kernel.py:condsoc_solve": "134 lines, 13 parameters",
-    "fsbm/kernel.py:make_kernel": "183 lines",
-    "fsbm/kernel.py:make_kernel.train_step": "109 lines",
-    "fsbm/train.py:run": "73 lines",
-    "ruot/data.py:load_csv": "61 lines",
-    "ruot/kernel.py:line 497": "settings unpacked by position",
-    "ruot/kernel.py:make_flow_stage": "169 lines",
-    "ruot/kernel.py:make_score_stage": "66 lines",
-    "ruot/kernel.py:weighted_flow_with_action": "9 parameters",
-    "ruot/reproduce.py:_gene_claims": "68 lines",
-    "ruot/train.py:run": "134 lines",
 }
 
 

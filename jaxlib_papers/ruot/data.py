@@ -74,6 +74,23 @@ def validate(snapshots: Snapshots) -> Snapshots:
   return Snapshots(times, tuple(xs))
 
 
+def _parse_row(path: pathlib.Path, header: list[str], line_no: int, row: list[str]
+               ) -> list[float]:
+  """The finite numbers of one CSV row (the error names the line and column)."""
+  values = []
+  for column, cell in zip(header, row):
+    try:
+      value = float(cell)
+    except ValueError:
+      raise ValueError(f"{path}: line {line_no}, column {column!r}: {cell!r} is not a "
+                       "number") from None
+    if not math.isfinite(value):
+      raise ValueError(f"{path}: line {line_no}, column {column!r} is {cell!r} "
+                       "(NaN/Inf rows are not allowed)")
+    values.append(value)
+  return values
+
+
 def load_csv(path: str | pathlib.Path, *, expected_times: Sequence[float] | None = None
              ) -> Snapshots:
   """Loads the ``samples,x1,...,xd`` CSV format (``samples`` = observation time).
@@ -109,18 +126,7 @@ def load_csv(path: str | pathlib.Path, *, expected_times: Sequence[float] | None
       if len(row) != len(header):
         raise ValueError(f"{path}: line {line_no} has {len(row)} cells, expected "
                          f"{len(header)}")
-      values = []
-      for column, cell in zip(header, row):
-        try:
-          value = float(cell)
-        except ValueError:
-          raise ValueError(f"{path}: line {line_no}, column {column!r}: {cell!r} is not a "
-                           "number") from None
-        if not math.isfinite(value):
-          raise ValueError(f"{path}: line {line_no}, column {column!r} is {cell!r} "
-                           "(NaN/Inf rows are not allowed)")
-        values.append(value)
-      rows.append(values)
+      rows.append(_parse_row(path, header, line_no, row))
   if not rows:
     raise ValueError(f"{path}: no data rows")
   table = np.asarray(rows, dtype=np.float64)

@@ -1,343 +1,41 @@
-"""DeepRUOT kernels: weighted-particle flow, per-interval losses, score matching, stages.
+"""DeepRUOT's training stages: the equations of ``losses.py`` composed with the core blocks.
 
-Math (Zhang, Li, Zhou, ICLR 2025). The regularised unbalanced OT problem over densities
-with growth is solved in the reformulation ``v = b - sigma^2/2 grad log rho``,
-``s = sigma^2/2 log rho``, which makes the density obey ``d_t rho + div(v rho) = g rho``.
-Its action is
-
-    int int [ 1/2 |v|^2 + 1/2 |grad s|^2 - s g - 1/2 sigma^2 g + alpha g^2 ] rho dx dt.
-
-The density is carried by weighted particles: ``dx/dt = v(t, x)``, ``d ln w/dt = g(t, x)``,
-``w(0) = 1/N0``, so ``sum_i w_i(t)`` is the mass relative to the first snapshot.
-
-Everything here is a pure function. ``make_flow_stage`` and ``make_score_stage`` return
-``core.contract.TrainKernel`` objects (``init``, ``train_step``) for ``core.train_loop``; a
-``train_step`` is a ``lax.scan`` over several passes, and every state leaf carries a leading
-seed axis so N seeds train in one compiled program (``jax.vmap``).
+``make_flow_stage`` (stages 1, 2, 4) and ``make_score_stage`` (stage 3) return
+``core.contract.TrainKernel`` objects (``init``, ``train_step``) for ``core.stages``. A
+``train_step`` is several passes or steps (``blocks.scan_steps``) of every seed
+(``blocks.vmap_members``: a leading seed axis on every state leaf, so N seeds train in one
+compiled program); the flow stages keep the params of their best pass
+(``blocks.keep_best``) and stage 3 is a ``blocks.gradient_step``. A flow pass walks the
+intervals between snapshots in one ``lax.scan`` (:func:`flow_pass`).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from jax.typing import ArrayLike
 
-from jaxlib_papers.core import contract, prng, sde
-from jaxlib_papers.core import ot as core_ot
+from jaxlib_papers.core import blocks, contract, prng
+from jaxlib_papers.ruot.losses import (
+  INITIAL_FORMS,
+  PointField,
+  initial_density_loss,
+  nearest_counts,
+  ot_plan,
+  pinn_residual,
+  score_matching_loss,
+  squared_distances,
+  time_grid,
+  weighted_flow,
+  weighted_flow_with_action,
+)
 from jaxlib_papers.ruot.models import Networks, Params
-
-PointField = Callable[[jax.Array, jax.Array], jax.Array]  # (t, x: [n, d]) -> [n, ...]
-
-
-# ----------------------------------------------------------------------------------------
-# Integrators.
-
-
-def time_grid(t0: float, t1: float, dt: float) -> np.ndarray:
-  """Fixed-step grid from ``t0`` to ``t1`` with step close to ``dt`` (at least one step)."""
-  if dt <= 0:
-    raise ValueError(f"dt must be > 0; got {dt}")
-  num = max(1, int(round(abs(t1 - t0) / dt)))
-  return np.linspace(t0, t1, num + 1)
-
-
-def weighted_flow(
-    velocity: PointField,
-    growth: PointField,
-    x0: jax.Array,
-    log_w0: jax.Array,
-    ts: ArrayLike,
-    *,
-    method: str = "euler",
-    save_path: bool = False,
-) -> tuple[jax.Array, jax.Array]:
-  """Integrates ``dx/dt = v(t, x)``, ``d ln w/dt = g(t, x)`` on the grid ``ts``.
-
-  Args:
-    velocity: ``(t, x: [n, d]) -> [n, d]``.
-    growth: ``(t, x: [n, d]) -> [n]``.
-    x0: [n, d] particle positions at ``ts[0]``.
-    log_w0: [n] log-weights at ``ts[0]``.
-    ts: [S] time grid.
-    method: ``"euler"`` (the paper's scheme) or ``"heun"``.
-    save_path: return the whole path (leading axis S) instead of the end state.
-
-  Returns:
-    ``(x, log_w)``: ``[n, d]`` and ``[n]`` (or ``[S, n, d]`` and ``[S, n]``).
-  """
-  if x0.ndim != 2 or log_w0.shape != x0.shape[:1]:
-    raise ValueError(f"x0 must be [n, d] and log_w0 [n]; got {x0.shape} and {log_w0.shape}")
-
-  def vector_field(t, state, _):
-    x, _ = state
-    return velocity(t, x), growth(t, x)
-
-  return sde.ode_solve(vector_field, (x0, log_w0), ts, method=method, save_path=save_path)
-
-
-def potential_gradient(potential: PointField, t: ArrayLike, x: jax.Array) -> jax.Array:
-  """``grad_x s(t, x)`` for every row of ``x: [n, d]`` (s acts row-wise) -> [n, d]."""
-  return jax.grad(lambda z: jnp.sum(potential(t, z)))(x)
-
-
-def lagrangian(v, grad_s, s, g, sigma: float, alpha: float) -> jax.Array:
-  """Action density per particle, [n]: 1/2|v|^2 + 1/2|grad s|^2 - s g - sigma^2 g / 2 + alpha g^2.
-
-  The squared norm of ``v`` is what the math says; the official code integrates ``|v| / 2``
-  (a typo we do not copy).
-  """
-  return (0.5 * jnp.sum(v**2, -1) + 0.5 * jnp.sum(grad_s**2, -1) - s * g
-          - 0.5 * sigma**2 * g + alpha * g**2)
-
-
-def weighted_flow_with_action(
-    velocity: PointField,
-    growth: PointField,
-    potential: PointField,
-    x0: jax.Array,
-    log_w0: jax.Array,
-    ts: ArrayLike,
-    *,
-    sigma: float,
-    alpha: float = 1.0,
-    method: str = "euler",
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """Weighted flow plus the accumulated action ``m_i = int L(t, x_i) w_i dt``.
-
-  Returns:
-    ``(x [n, d], log_w [n], action [n])`` at ``ts[-1]``; ``sum(action)`` is the path action
-    of the mass carried by the particles.
-  """
-
-  def vector_field(t, state, _):
-    x, log_w, _ = state
-    v, g, s = velocity(t, x), growth(t, x), potential(t, x)
-    grad_s = potential_gradient(potential, t, x)
-    return v, g, lagrangian(v, grad_s, s, g, sigma, alpha) * jnp.exp(log_w)
-
-  return sde.ode_solve(vector_field, (x0, log_w0, jnp.zeros_like(log_w0)), ts, method=method,
-                       save_path=False)
-
-
-def inference_sde(
-    velocity: PointField,
-    growth: PointField,
-    potential: PointField,
-    x0: jax.Array,
-    log_w0: jax.Array,
-    ts: ArrayLike,
-    key: jax.Array,
-    *,
-    sigma: float,
-) -> tuple[jax.Array, jax.Array]:
-  """Euler-Maruyama for ``dX = (v + grad s) dt + sigma dW`` with ``d ln w = g dt``.
-
-  Returns:
-    ``(x [S, n, d], log_w [S, n])`` along the grid ``ts``.
-  """
-  chex.assert_rank([x0, log_w0], [2, 1])
-  chex.assert_equal_shape_prefix([x0, log_w0], 1)
-  dim = x0.shape[1]
-
-  def drift(t, state, _):
-    x = state[:, :dim]
-    dx = velocity(t, x) + potential_gradient(potential, t, x)
-    return jnp.concatenate([dx, growth(t, x)[:, None]], axis=1)
-
-  # The log-weight rides along as an extra column with no noise.
-  noise = jnp.concatenate([jnp.full((dim,), sigma, x0.dtype), jnp.zeros((1,), x0.dtype)])
-  path = sde.euler_maruyama(drift, lambda t, x, a: noise,
-                            jnp.concatenate([x0, log_w0[:, None]], axis=1), ts, key)
-  return path[..., :dim], path[..., dim]
-
-
-# ----------------------------------------------------------------------------------------
-# Losses.
-
-
-def squared_distances(x: jax.Array, y: jax.Array) -> jax.Array:
-  """``[n, m]`` matrix of ``|x_i - y_j|^2``."""
-  return jnp.maximum(
-      jnp.sum(x**2, -1)[:, None] + jnp.sum(y**2, -1)[None, :] - 2.0 * x @ y.T, 0.0)
-
-
-def _exact_plan_host(x, y, a, b):
-  if not (np.all(np.isfinite(x)) and np.all(np.isfinite(a))):
-    # Diverged particles: hand back a NaN plan so the loss turns NaN and the train loop
-    # stops with the step number, instead of POT raising inside the callback.
-    return np.full((np.shape(x)[0], np.shape(y)[0]), np.nan, np.asarray(x).dtype)
-  plan = core_ot.exact_coupling(np.asarray(x), np.asarray(y), np.asarray(a), np.asarray(b))
-  return plan.astype(np.asarray(x).dtype)
-
-
-def ot_plan(
-    x: jax.Array, a: jax.Array, y: jax.Array, b: jax.Array | None = None, *,
-    method: str = "sinkhorn", epsilon: float = 0.01, threshold: float = 1e-3,
-    max_iterations: int = 2000,
-) -> jax.Array:
-  """Coupling ``[n, m]`` between weighted particles ``(x, a)`` and data ``(y, b)``.
-
-  ``b`` defaults to uniform; zero entries mark padding. On CPU the exact plan is the
-  faster one at the paper's sizes (400 x 969 cells: POT 0.3 s, ott Sinkhorn at
-  epsilon 0.01 needs ~1000 iterations, 4.6 s, measured on the 2-core machine).
-
-  ``method="sinkhorn"`` is ott-jax at absolute ``epsilon``; ``"exact"`` is POT's network
-  simplex on the host (a ``pure_callback``, sequential under vmap).
-  """
-  if method == "sinkhorn":
-    return core_ot.sinkhorn_coupling(x, y, a, b, epsilon=epsilon, threshold=threshold,
-                                     max_iterations=max_iterations)
-  if method == "exact":
-    shape = jax.ShapeDtypeStruct((x.shape[0], y.shape[0]), x.dtype)
-    if b is None:
-      b = jnp.full((y.shape[0],), 1.0 / y.shape[0], x.dtype)
-    return jax.pure_callback(_exact_plan_host, shape, x, y, a, b, vmap_method="sequential")
-  raise ValueError(f"ot method must be 'sinkhorn' or 'exact'; got {method!r}")
-
-
-def ot_loss(x: jax.Array, log_w: jax.Array, y: jax.Array, *,
-            target_weights: jax.Array | None = None, **plan_kwargs) -> jax.Array:
-  """``sum_ij pi*_ij |x_i - y_j|^2`` with the plan held fixed (stop-gradient).
-
-  Args:
-    x: [n, d] particles; log_w: [n] their log-weights (normalised here); y: [m, d] data.
-    target_weights: [m] data weights summing to 1 (default uniform; zeros mark padding).
-    **plan_kwargs: passed to :func:`ot_plan`.
-
-  Returns:
-    Scalar loss; its gradient reaches ``x`` only (the plan is a constant, as in the paper).
-  """
-  chex.assert_rank([x, log_w, y], [2, 1, 2])
-  chex.assert_equal_shape_prefix([x, log_w], 1)
-  a = jax.nn.softmax(jax.lax.stop_gradient(log_w))
-  plan = jax.lax.stop_gradient(
-      ot_plan(jax.lax.stop_gradient(x), a, y, target_weights, **plan_kwargs))
-  return jnp.sum(plan * squared_distances(x, y))
-
-
-def nearest_counts(x: jax.Array, y: jax.Array, target_mask: jax.Array | None = None
-                   ) -> jax.Array:
-  """``c_i`` = number of rows of ``y: [m, d]`` whose nearest particle is ``x_i`` -> [n].
-
-  ``target_mask: [m]`` (1 real, 0 padding) excludes padded rows.
-  """
-  nearest = jnp.argmin(squared_distances(y, jax.lax.stop_gradient(x)), axis=1)
-  ones = jnp.ones(y.shape[0], x.dtype) if target_mask is None else target_mask.astype(x.dtype)
-  return jnp.zeros(x.shape[0], x.dtype).at[nearest].add(ones)
-
-
-def mass_loss(x: jax.Array, log_w: jax.Array, y: jax.Array, num_initial: int, *,
-              target_mask: jax.Array | None = None) -> jax.Array:
-  """``sum_i (w_i - c_i / N0)^2`` (local mass matching; total target N_{k+1}/N0 implicit)."""
-  counts = nearest_counts(x, y, target_mask)
-  return jnp.sum((jnp.exp(log_w) - counts / num_initial) ** 2)
-
-
-def pinn_residual(
-    velocity: PointField, growth: PointField, potential: PointField,
-    t: ArrayLike, x: jax.Array, *, sigma: float, relative: bool = False,
-) -> jax.Array:
-  """Fokker-Planck-with-growth residual at ``(t, x_i)``, [n].
-
-  ``r = d_t rho + div(v rho) - g rho`` with ``rho = exp(2 s / sigma^2)``. Written as
-  ``rho * (2/sigma^2 (d_t s + v . grad s) + div v - g)`` so the exponential is taken once;
-  ``relative=True`` returns the bracket (the residual divided by rho).
-  """
-  scale = 2.0 / sigma**2
-
-  def single(xi):
-    pt = lambda tt, z: potential(tt, z[None])[0]
-    s, s_t = jax.jvp(lambda tt: pt(tt, xi), (jnp.asarray(t, xi.dtype),),
-                     (jnp.ones((), xi.dtype),))
-    grad_s = jax.grad(lambda z: pt(t, z))(xi)
-    vel = lambda z: velocity(t, z[None])[0]
-    v = vel(xi)
-    div_v = jnp.trace(jax.jacfwd(vel)(xi))
-    g = growth(t, xi[None])[0]
-    bracket = scale * (s_t + v @ grad_s) + div_v - g
-    return bracket if relative else jnp.exp(scale * s) * bracket
-
-  return jax.vmap(single)(x)
-
-
-def kde_density(x: jax.Array, centers: jax.Array, variance: float, scale: float = 1.0
-                ) -> jax.Array:
-  """``scale / M * sum_j N(x; c_j, variance I)`` at ``x: [n, d]`` -> [n]."""
-  dim = x.shape[1]
-  log_norm = -0.5 * dim * jnp.log(2 * jnp.pi * variance)
-  log_k = log_norm - 0.5 * squared_distances(x, centers) / variance
-  return scale * jnp.mean(jnp.exp(log_k), axis=1)
-
-
-INITIAL_FORMS = ("log", "paper")
-
-
-def initial_density_loss(potential: PointField, t0: float, x: jax.Array, target: jax.Array,
-                         *, sigma: float, form: str = "log") -> jax.Array:
-  """Initial-density term at the first snapshot ``x: [n, d]`` (anchors the level of s), [].
-
-  With ``u_i = 2 s(t0, x_i) / sigma^2 - log p_i`` (the log-ratio of ``rho = exp(2 s /
-  sigma^2)`` to the target ``p = target: [n]``):
-
-  - ``form="paper"``: ``mean_i (rho_i - p_i)^2 = mean_i p_i^2 (exp(u_i) - 1)^2``, the
-    paper's term. It grows like ``exp(2 u)``, i.e. ``exp(64 s)`` at sigma 0.25: a spread
-    of s by 0.2 around its optimum multiplies rho by ~600, the SGD step explodes and
-    float32 overflows (``exp(u) = inf`` from ``s ~ 2.8``), which is what drove stage 4 to
-    NaN on the gene data.
-  - ``form="log"`` (default): ``mean_i p_i^2 u_i^2``, evaluated in log space (``u`` never
-    exponentiated). Same minimiser (``rho = p``), same value, gradient and curvature at
-    it to second order (``exp(u) - 1 = u + O(u^2)``), but quadratic instead of
-    exponential away from it, so the term and its gradient stay finite and bounded by
-    the size of ``u``.
-  """
-  if form not in INITIAL_FORMS:
-    raise ValueError(f"form must be one of {INITIAL_FORMS}, got {form!r}")
-  log_p = jnp.log(target)
-  u = 2.0 * potential(t0, x) / sigma**2 - log_p
-  if form == "paper":
-    return jnp.mean(target**2 * jnp.expm1(u) ** 2)
-  return jnp.mean(target**2 * u**2)
-
-
-def bridge_sample(x0, x1, t0, t1, tau, eps, sigma):
-  """Brownian-bridge point between paired ``x0, x1: [n, d]`` at fraction ``tau: [n]``.
-
-  ``x = tau x1 + (1 - tau) x0 + sigma_t eps``, ``sigma_t = sigma sqrt((t1 - t0) tau (1 - tau))``
-  (for unit intervals this is SF2M's ``sigma sqrt(t (1 - t))``).
-
-  Returns:
-    ``(x [n, d], t [n], sigma_t [n])`` with ``t = t0 + tau (t1 - t0)``.
-  """
-  length = t1 - t0
-  sigma_t = sigma * jnp.sqrt(length * tau * (1.0 - tau))
-  x = tau[:, None] * x1 + (1.0 - tau[:, None]) * x0 + sigma_t[:, None] * eps
-  return x, t0 + tau * length, sigma_t
-
-
-def score_matching_loss(potential: PointField, x0, x1, t0, t1, tau, eps, *, sigma: float
-                        ) -> jax.Array:
-  """SF2M score matching for the potential ``s`` on OT-paired bridges.
-
-  The conditional score of the bridge is ``-eps / sigma_t``; with
-  ``grad log rho = 2/sigma^2 grad s`` and SF2M's weight ``lambda_t = 2 sigma_t / sigma^2``
-  the loss is ``mean (lambda_t grad s(t, x_t) + eps)^2``.
-
-  Args:
-    potential: ``(t: [n], x: [n, d]) -> [n]``.
-    x0, x1: [n, d] paired endpoints; t0, t1: interval ends; tau: [n] in (0, 1);
-      eps: [n, d] standard normal; sigma: diffusion.
-  """
-  x, t, sigma_t = bridge_sample(x0, x1, t0, t1, tau, eps, sigma)
-  grad_s = potential_gradient(potential, t, x)
-  weight = 2.0 * sigma_t / sigma**2
-  return jnp.mean((weight[:, None] * grad_s + eps) ** 2)
-
 
 # ----------------------------------------------------------------------------------------
 # Training stages.
@@ -348,8 +46,7 @@ class FlowState(NamedTuple):
   step: jax.Array         # [S] int32, passes done
   params: Params          # {"v", "g", "s"} network params
   opt_state: Any          # optax state
-  best_params: Params     # params of the pass with the lowest monitored OT loss
-  best_loss: jax.Array    # [S] float32
+  best: blocks.Best       # params of the pass with the lowest monitored OT loss
   key: jax.Array          # [S] typed PRNG keys (unused by the deterministic stages)
 
 
@@ -386,10 +83,6 @@ def make_optimizer(params_like: Params, trainable: Sequence[str], optimizer: str
     raise ValueError(f"optimizer must be 'adam' or 'sgd'; got {optimizer!r}")
   return optax.multi_transform({"train": inner, "freeze": optax.set_to_zero()},
                                _labels(params_like, trainable))
-
-
-def _select(active, new, old):
-  return jax.tree.map(lambda a, b: jnp.where(active, a, b), new, old)
 
 
 def padded_intervals(times: Sequence[float], xs: Sequence[ArrayLike], dt: float,
@@ -433,7 +126,8 @@ class FlowStageSettings(NamedTuple):
     trainable: names among "v", "g", "s" that the stage updates (the others are frozen).
     weights: loss weights.
     optimizer, lr: "adam" | "sgd" and its step size.
-    total_passes: passes in the stage; passes_per_step: passes per ``train_step`` call.
+    total_passes: passes (optimiser steps) in the stage, a multiple of passes_per_step;
+      passes_per_step: passes per ``train_step`` call.
     dt: Euler step of the particle ODE.
     sigma, alpha: diffusion and growth penalty of the action (paper: sigma, alpha).
     ot_kwargs: passed to :func:`ot_plan` (method, epsilon, ...).
@@ -464,6 +158,209 @@ class FlowStageSettings(NamedTuple):
   equal_steps: bool = False
 
 
+class FlowProblem(NamedTuple):
+  """What a flow stage's passes read besides the state: the networks and the snapshots."""
+  nets: Networks
+  x_first: jax.Array               # [N0, d] the first snapshot (every pass starts there)
+  t_first: float                   # its time
+  intervals: tuple[jax.Array, ...]  # (grids, targets, masks, t_ends): padded_intervals
+  initial_target: jax.Array | None  # [N0] density target of the initial-density term
+
+
+def _fields(nets: Networks, params: Params) -> tuple[PointField, PointField, PointField]:
+  """(v, g, s) of ``params`` as functions of ``(t, x)``."""
+  return ((lambda t, x: nets.velocity(params, t, x)),
+          (lambda t, x: nets.growth(params, t, x)),
+          (lambda t, x: nets.potential(params, t, x)))
+
+
+def flow_end_gradient(problem: FlowProblem, settings: FlowStageSettings, params: Params,
+                      start: tuple[jax.Array, jax.Array], interval: tuple[jax.Array, ...]):
+  """OT + mass (+ energy) loss of one interval and its gradient through the flow.
+
+  The OT plan and the nearest-particle counts are constants of the loss, so they are
+  computed from the forward particles outside differentiation: the flow is linearised
+  once (``jax.vjp``), the end-point loss is differentiated w.r.t. the particles, and the
+  two are chained. Same gradient as differentiating the whole loss with a stop-gradient
+  plan, but the Sinkhorn solver is never traced under autodiff.
+
+  Args:
+    start: ``(x0 [n, d], log_w0 [n])`` at the interval's start.
+    interval: ``(grid [S+1], y [M, d], mask [M], t_end [])`` of :func:`padded_intervals`.
+
+  Returns:
+    ``(total [], (x1 [n, d], log_w1 [n], parts), grads)``.
+  """
+  weights, sigma, method = settings.weights, settings.sigma, settings.method
+  x0, log_w0 = start
+  grid, y, mask, _ = interval
+  num_initial = int(problem.x_first.shape[0])
+
+  def flow(p):
+    v, g, s = _fields(problem.nets, p)
+    if weights.energy:
+      return weighted_flow_with_action((v, g, s), x0, log_w0, grid, sigma=sigma,
+                                       alpha=settings.alpha, method=method)
+    x1, log_w1 = weighted_flow(v, g, x0, log_w0, grid, method=method)
+    return x1, log_w1, jnp.zeros_like(log_w1)
+
+  (x1, log_w1, action), flow_vjp = jax.vjp(flow, params)
+  # Padded targets carry zero weight in the plan and in the nearest-particle counts.
+  plan = ot_plan(x1, jax.nn.softmax(log_w1), y, mask / jnp.sum(mask),
+                 **dict(settings.ot_kwargs or {}))
+  counts = nearest_counts(x1, y, mask)
+
+  def end_loss(x, log_w, act):
+    parts = {"ot": jnp.sum(plan * squared_distances(x, y)),
+             "mass": jnp.sum((jnp.exp(log_w) - counts / num_initial) ** 2),
+             "energy": jnp.mean(act)}  # the paper averages the per-particle action
+    total = (weights.ot * parts["ot"] + weights.mass * parts["mass"]
+             + weights.energy * parts["energy"])
+    return total, parts
+
+  (total, parts), cotangents = jax.value_and_grad(end_loss, argnums=(0, 1, 2),
+                                                  has_aux=True)(x1, log_w1, action)
+  (grads,) = flow_vjp(cotangents)
+  return total, (x1, log_w1, parts), grads
+
+
+def field_loss(problem: FlowProblem, settings: FlowStageSettings, params: Params,
+               interval: tuple[jax.Array, ...]) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """The PINN residual at the interval's target cells and the initial-density term.
+
+  Returns:
+    ``(weighted sum [], {"pinn": [], "initial": []})`` (each only when its weight is set).
+  """
+  weights, sigma = settings.weights, settings.sigma
+  _, y, mask, t_end = interval
+  v, g, s = _fields(problem.nets, params)
+  extra, terms = jnp.zeros(()), {}
+  if weights.pinn:
+    residual = pinn_residual(v, g, s, t_end, y, sigma=sigma, relative=settings.pinn_relative)
+    terms["pinn"] = jnp.sum(jnp.where(mask > 0, jnp.abs(residual), 0.0)) / jnp.sum(mask)
+    extra = extra + weights.pinn * terms["pinn"]
+  if weights.initial:
+    terms["initial"] = initial_density_loss(s, problem.t_first, problem.x_first,
+                                            problem.initial_target, sigma=sigma,
+                                            form=settings.initial_form)
+    extra = extra + weights.initial * terms["initial"]
+  return extra, terms
+
+
+def interval_gradient(problem: FlowProblem, settings: FlowStageSettings, params: Params,
+                      start: tuple[jax.Array, jax.Array], interval: tuple[jax.Array, ...]):
+  """Loss and gradient of one interval: :func:`flow_end_gradient` + :func:`field_loss`.
+
+  Returns:
+    ``(total [], (x1 [n, d], log_w1 [n], parts), grads)``.
+  """
+  total, (x1, log_w1, parts), grads = flow_end_gradient(problem, settings, params, start,
+                                                        interval)
+  if settings.weights.pinn or settings.weights.initial:
+    (extra, terms), extra_grads = jax.value_and_grad(
+        lambda p: field_loss(problem, settings, p, interval), has_aux=True)(params)
+    grads = jax.tree.map(jnp.add, grads, extra_grads)
+    total = total + extra
+    parts = {**parts, **terms}
+  return total, (x1, log_w1, parts), grads
+
+
+def apply_gradients(tx: optax.GradientTransformation, params: Params, opt_state: Any,
+                    grads: Params) -> tuple[Params, Any]:
+  """One optimiser update from given gradients.
+
+  ``blocks.gradient_step`` differentiates a loss function; a flow interval's gradient is
+  assembled by hand instead (:func:`interval_gradient`: a vjp through the flow chained with
+  a constant OT plan, plus the field terms), so only its update half is needed here.
+  """
+  updates, opt_state = tx.update(grads, opt_state, params)
+  return optax.apply_updates(params, updates), opt_state
+
+
+def flow_pass(problem: FlowProblem, settings: FlowStageSettings,
+              tx: optax.GradientTransformation, state: FlowState
+              ) -> tuple[FlowState, dict[str, jax.Array]]:
+  """One pass of one seed: the intervals in order from the first snapshot (``w = 1/N0``).
+
+  Each interval integrates from the (stop-gradient) end of the previous one. With
+  ``settings.sequential_updates`` each interval takes its own optimizer step (paper);
+  otherwise the interval gradients are summed into one step per pass.
+  """
+  num_initial = int(problem.x_first.shape[0])
+  log_w = jnp.full((num_initial,), -jnp.log(float(num_initial)), jnp.float32)
+  zero_grads = jax.tree.map(jnp.zeros_like, state.params)
+
+  def interval(carry, inputs):
+    params, opt_state, x, log_w, grads_sum = carry
+    total, (x, log_w, parts), grads = interval_gradient(problem, settings, params,
+                                                        (x, log_w), inputs)
+    if settings.sequential_updates:
+      params, opt_state = apply_gradients(tx, params, opt_state, grads)
+    else:
+      grads_sum = jax.tree.map(jnp.add, grads_sum, grads)
+    x, log_w = jax.lax.stop_gradient(x), jax.lax.stop_gradient(log_w)
+    return (params, opt_state, x, log_w, grads_sum), (total, parts)
+
+  carry = (state.params, state.opt_state, problem.x_first, log_w, zero_grads)
+  (params, opt_state, _, _, grads_sum), (totals, parts) = jax.lax.scan(
+      interval, carry, problem.intervals)
+  if not settings.sequential_updates:
+    params, opt_state = apply_gradients(tx, params, opt_state, grads_sum)
+  monitor = parts["ot"][-1]
+  best = blocks.keep_best(state.best, params, monitor)
+  return (FlowState(state.step + 1, params, opt_state, best, state.key),
+          flow_metrics(settings, totals, parts))
+
+
+def flow_metrics(settings: FlowStageSettings, totals: jax.Array,
+                 parts: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
+  """A pass's metrics from its per-interval totals and parts (each [K-1])."""
+  metrics = {"loss": jnp.mean(totals), "ot_last": parts["ot"][-1],
+             "mass_total": jnp.sum(parts["mass"])}
+  for name in ("pinn", "initial"):
+    if name in parts:
+      metrics[name] = jnp.mean(parts[name])
+  if settings.weights.energy:
+    metrics["energy"] = jnp.mean(parts["energy"])
+  return metrics
+
+
+def _within(step: jax.Array, total: int, new: Any, old: Any) -> Any:
+  """``new`` while ``step < total``, else ``old``: a step past the stage's length is a no-op.
+
+  The stages' lengths are multiples of their steps per call, so this never holds a step
+  back in ``core.stages``; it keeps a kernel called past its length (a benchmark, a test)
+  in place, and the select keeps the compiled step, and so its float rounding, as it was
+  before the blocks (dropping it changes XLA's fusion: stage 3's params moved by 1 ulp).
+  """
+  return blocks.where_tree(step < total, new, old)
+
+
+def _check_flow_stage(times, xs, settings: FlowStageSettings, initial_target) -> None:
+  if len(times) != len(xs) or len(times) < 2:
+    raise ValueError(f"need >= 2 training times with one array each; got {len(times)} "
+                     f"times and {len(xs)} arrays")
+  if settings.passes_per_step < 1 or settings.total_passes < 0:
+    raise ValueError("passes_per_step must be >= 1 and total_passes >= 0")
+  if settings.weights.initial and initial_target is None:
+    raise ValueError("weights.initial > 0 needs initial_target")
+  if settings.initial_form not in INITIAL_FORMS:
+    raise ValueError(f"initial_form must be one of {INITIAL_FORMS}, got "
+                     f"{settings.initial_form!r}")
+
+
+def _member_init(tx: optax.GradientTransformation, initial_params: Params
+                 ) -> Callable[[jax.Array], Any]:
+  """``init(key)`` of every seed: seed ``r`` starts from ``initial_params[r]``."""
+  leaves, treedef = jax.tree.flatten(initial_params)
+
+  def init_member(key, *member_leaves):
+    params = jax.tree.unflatten(treedef, member_leaves)
+    return key, params, tx.init(params)
+
+  return blocks.vmap_init(init_member, int(leaves[0].shape[0]), *leaves)
+
+
 def make_flow_stage(
     nets: Networks,
     times: Sequence[float],
@@ -475,13 +372,10 @@ def make_flow_stage(
 ) -> contract.TrainKernel:
   """Kernel of a particle-flow stage (stage 1: v, g; stage 2: v; stage 4: all, + energy/PINN).
 
-  One *pass* starts the particles at the first snapshot (``w = 1/N0``) and walks the
-  intervals in order (a ``lax.scan`` over the padded intervals); each interval integrates
-  from the (stop-gradient) end of the previous one and scores
-  ``weights.ot * L_OT + weights.mass * L_mass`` (+ energy, PINN, initial density when their
-  weights are non-zero) against the next snapshot. With ``settings.sequential_updates``
-  each interval takes its own optimizer step, as the paper does; otherwise the interval
-  gradients are summed into one step per pass.
+  A train step is ``settings.passes_per_step`` passes (:func:`flow_pass`, scanned) of
+  every seed (vmapped), each pass scoring ``weights.ot * L_OT + weights.mass * L_mass``
+  (+ energy, PINN, initial density when their weights are non-zero) per interval and
+  keeping the params of the lowest last-interval OT loss (``state.best``).
 
   Args:
     nets: the networks.
@@ -492,147 +386,66 @@ def make_flow_stage(
 
   Returns:
     A :class:`~jaxlib_papers.core.contract.TrainKernel` over :class:`FlowState`
-    (``train_step(state, None)``: ``passes_per_step`` passes of every seed).
+    (``train_step(state, None)``: ``passes_per_step`` passes of every seed; metrics of the
+    last pass, averaged over seeds, and ``loss_max`` over seeds).
   """
-  (trainable, weights, optimizer, lr, total_passes, passes_per_step, dt, sigma, alpha,
-   ot_kwargs, pinn_relative, initial_form, sequential_updates, track_best, method,
-   equal_steps) = settings
-  if len(times) != len(xs) or len(times) < 2:
-    raise ValueError(f"need >= 2 training times with one array each; got {len(times)} "
-                     f"times and {len(xs)} arrays")
-  if passes_per_step < 1 or total_passes < 0:
-    raise ValueError("passes_per_step must be >= 1 and total_passes >= 0")
-  if weights.initial and initial_target is None:
-    raise ValueError("weights.initial > 0 needs initial_target")
-  if initial_form not in INITIAL_FORMS:
-    raise ValueError(f"initial_form must be one of {INITIAL_FORMS}, got {initial_form!r}")
-  ot_kwargs = dict(ot_kwargs or {})
-  x_first = jnp.asarray(xs[0], jnp.float32)
-  num_initial = int(x_first.shape[0])
-  grids, targets, masks, t_ends = padded_intervals(times, xs, dt, equal_steps)
-  t_first = float(times[0])
+  _check_flow_stage(times, xs, settings, initial_target)
+  problem = FlowProblem(nets, jnp.asarray(xs[0], jnp.float32), float(times[0]),
+                        padded_intervals(times, xs, settings.dt, settings.equal_steps),
+                        initial_target)
   one_seed_params = jax.tree.map(lambda a: a[0], initial_params)
-  tx = make_optimizer(one_seed_params, trainable, optimizer, lr)
-  num_seeds = int(jax.tree.leaves(initial_params)[0].shape[0])
-
-  def interval_step(params, x0, log_w0, grid, y, mask, t_end):
-    """Loss and gradient of one interval.
-
-    The OT plan and the nearest-particle counts are constants of the loss, so they are
-    computed from the forward particles outside differentiation: the flow is linearised
-    once (``jax.vjp``), the end-point loss is differentiated w.r.t. the particles, and the
-    two are chained. Same gradient as differentiating the whole loss with a stop-gradient
-    plan, but the Sinkhorn solver is never traced under autodiff.
-    """
-    v = lambda p: (lambda t, x: nets.velocity(p, t, x))
-    g = lambda p: (lambda t, x: nets.growth(p, t, x))
-    s = lambda p: (lambda t, x: nets.potential(p, t, x))
-
-    def flow(p):
-      if weights.energy:
-        return weighted_flow_with_action(v(p), g(p), s(p), x0, log_w0, grid, sigma=sigma,
-                                         alpha=alpha, method=method)
-      x1, log_w1 = weighted_flow(v(p), g(p), x0, log_w0, grid, method=method)
-      return x1, log_w1, jnp.zeros_like(log_w1)
-
-    (x1, log_w1, action), flow_vjp = jax.vjp(flow, params)
-    # Padded targets carry zero weight in the plan and in the nearest-particle counts.
-    plan = ot_plan(x1, jax.nn.softmax(log_w1), y, mask / jnp.sum(mask), **ot_kwargs)
-    counts = nearest_counts(x1, y, mask)
-
-    def end_loss(x, log_w, act):
-      parts = {"ot": jnp.sum(plan * squared_distances(x, y)),
-               "mass": jnp.sum((jnp.exp(log_w) - counts / num_initial) ** 2),
-               "energy": jnp.mean(act)}  # the paper averages the per-particle action
-      total = (weights.ot * parts["ot"] + weights.mass * parts["mass"]
-               + weights.energy * parts["energy"])
-      return total, parts
-
-    (total, parts), cotangents = jax.value_and_grad(end_loss, argnums=(0, 1, 2),
-                                                    has_aux=True)(x1, log_w1, action)
-    (grads,) = flow_vjp(cotangents)
-
-    if weights.pinn or weights.initial:
-      def field_loss(p):
-        extra, terms = jnp.zeros(()), {}
-        if weights.pinn:
-          residual = pinn_residual(v(p), g(p), s(p), t_end, y, sigma=sigma,
-                                   relative=pinn_relative)
-          terms["pinn"] = jnp.sum(jnp.where(mask > 0, jnp.abs(residual), 0.0)) / jnp.sum(mask)
-          extra = extra + weights.pinn * terms["pinn"]
-        if weights.initial:
-          terms["initial"] = initial_density_loss(s(p), t_first, x_first, initial_target,
-                                                  sigma=sigma, form=initial_form)
-          extra = extra + weights.initial * terms["initial"]
-        return extra, terms
-
-      (extra, terms), extra_grads = jax.value_and_grad(field_loss, has_aux=True)(params)
-      grads = jax.tree.map(jnp.add, grads, extra_grads)
-      total = total + extra
-      parts = {**parts, **terms}
-    return total, (x1, log_w1, parts), grads
-
-  def one_pass(state: FlowState) -> tuple[FlowState, dict[str, jax.Array]]:
-    log_w = jnp.full((num_initial,), -jnp.log(float(num_initial)), jnp.float32)
-    zero_grads = jax.tree.map(jnp.zeros_like, state.params)
-
-    def interval(carry, inputs):
-      params, opt_state, x, log_w, grads_sum = carry
-      total, (x, log_w, parts), grads = interval_step(params, x, log_w, *inputs)
-      if sequential_updates:
-        updates, opt_state = tx.update(grads, opt_state, params)
-        params = optax.apply_updates(params, updates)
-      else:
-        grads_sum = jax.tree.map(jnp.add, grads_sum, grads)
-      x, log_w = jax.lax.stop_gradient(x), jax.lax.stop_gradient(log_w)
-      return (params, opt_state, x, log_w, grads_sum), (total, parts)
-
-    carry = (state.params, state.opt_state, x_first, log_w, zero_grads)
-    (params, opt_state, _, _, grads_sum), (totals, parts) = jax.lax.scan(
-        interval, carry, (grids, targets, masks, t_ends))
-    if not sequential_updates:
-      updates, opt_state = tx.update(grads_sum, opt_state, params)
-      params = optax.apply_updates(params, updates)
-    monitor = parts["ot"][-1]
-    better = monitor < state.best_loss
-    best_params = _select(better, params, state.best_params) if track_best else params
-    best_loss = jnp.where(better, monitor, state.best_loss)
-    metrics = {"loss": jnp.mean(totals), "ot_last": monitor, "mass_total": jnp.sum(parts["mass"])}
-    for name in ("pinn", "initial"):
-      if name in parts:
-        metrics[name] = jnp.mean(parts[name])
-    if weights.energy:
-      metrics["energy"] = jnp.mean(parts["energy"])
-    new = FlowState(state.step + 1, params, opt_state, best_params, best_loss, state.key)
-    return new, metrics
-
-  def step_one_seed(state: FlowState, _):
-    def body(carry, _):
-      new, metrics = one_pass(carry)
-      active = carry.step < total_passes  # the last call may hold fewer passes
-      return _select(active, new, carry), metrics
-    state, metrics = jax.lax.scan(body, state, None, length=passes_per_step)
-    return state, jax.tree.map(lambda m: m[-1], metrics)
+  tx = make_optimizer(one_seed_params, settings.trainable, settings.optimizer, settings.lr)
+  member_init = _member_init(tx, initial_params)
 
   def init(key: jax.Array) -> FlowState:
-    keys = jax.random.split(key, num_seeds)
-    params = initial_params
-    return FlowState(
-        step=jnp.zeros((num_seeds,), jnp.int32),
-        params=params,
-        opt_state=jax.vmap(tx.init)(params),
-        best_params=params,
-        best_loss=jnp.full((num_seeds,), jnp.inf, jnp.float32),
-        key=keys)
+    keys, params, opt_state = member_init(key)
+    return FlowState(jnp.zeros(keys.shape, jnp.int32), params, opt_state,
+                     jax.vmap(blocks.init_best)(params), keys)
 
-  def train_step(state: FlowState, batch=None):
-    del batch
-    state, metrics = jax.vmap(step_one_seed)(state, None)
-    out = {name: jnp.mean(value) for name, value in metrics.items()}
-    out["loss_max_seed"] = jnp.max(metrics["loss"])
-    return state, out
+  def one_pass(state: FlowState, _) -> tuple[FlowState, dict[str, jax.Array]]:
+    new, metrics = flow_pass(problem, settings, tx, state)
+    return _within(state.step, settings.total_passes, new, state), metrics
 
-  return contract.train_kernel(init, train_step)
+  step = blocks.vmap_members(
+      blocks.scan_steps(one_pass, settings.passes_per_step, metrics="last"),
+      rules={"loss": ("mean", "max")})
+  return contract.train_kernel(init, lambda state, batch=None: step(state, None))
+
+
+class ScoreStageSettings(NamedTuple):
+  """Stage 3: Adam step size, steps (a multiple of steps_per_call), bridge diffusion."""
+  lr: float
+  total_steps: int
+  steps_per_call: int
+  sigma: float
+
+
+def score_loss(nets: Networks, times: tuple[jax.Array, jax.Array], sigma: float,
+               params: Params, x0: jax.Array, x1: jax.Array, key: jax.Array) -> jax.Array:
+  """Score-matching loss of one seed over every interval, [].
+
+  Args:
+    times: ``(t0s [K-1], t1s [K-1])`` the interval ends.
+    x0, x1: [K-1, n, d] OT-paired particles at the interval ends; key: bridge times, noise.
+  """
+  t0s, t1s = times
+  k_tau, k_eps = jax.random.split(key)
+  tau = prng.uniform(k_tau, x0.shape[:2], x0.dtype)
+  eps = prng.normal(k_eps, x0.shape, x0.dtype)
+  potential = lambda t, x: nets.potential(params, t, x)
+  per_interval = jax.vmap(
+      lambda a, b, ta, tb, tu, e: score_matching_loss(potential, a, b, ta, tb, tu, e,
+                                                      sigma=sigma))
+  return jnp.mean(per_interval(x0, x1, t0s, t1s, tau, eps))
+
+
+def score_step(update: Callable[..., blocks.Update], total_steps: int, state: ScoreState,
+               paired: tuple[jax.Array, jax.Array]) -> tuple[ScoreState, dict[str, jax.Array]]:
+  """One Adam step of one seed on fresh bridge times and noise (none past ``total_steps``)."""
+  key, sub = jax.random.split(state.key)
+  up = update(state.params, state.opt_state, *paired, sub)
+  new = ScoreState(state.step + 1, up.params, up.opt_state, key)
+  return _within(state.step, total_steps, new, state), {"loss": up.loss}
 
 
 def make_score_stage(
@@ -640,11 +453,7 @@ def make_score_stage(
     times: Sequence[float],
     paired: tuple[jax.Array, jax.Array],
     initial_params: Params,
-    *,
-    lr: float,
-    total_steps: int,
-    steps_per_call: int,
-    sigma: float,
+    settings: ScoreStageSettings,
 ) -> contract.TrainKernel:
   """Kernel of stage 3: SF2M score matching of ``s`` on OT-paired ODE trajectories.
 
@@ -654,50 +463,30 @@ def make_score_stage(
     paired: ``(x_start, x_end)``, each ``[S, K - 1, n, d]``: per seed and interval the
       ODE particles at ``times[k]`` and their exact-OT partners at ``times[k + 1]``.
     initial_params: [S]-stacked params (only ``s`` is trained).
-    lr: Adam step size; total_steps: steps in the stage; steps_per_call: per train_step.
-    sigma: diffusion of the bridges.
+    settings: a :class:`ScoreStageSettings`.
+
+  Returns:
+    A :class:`~jaxlib_papers.core.contract.TrainKernel` over :class:`ScoreState`
+    (``train_step(state, None)``: ``steps_per_call`` steps of every seed; loss averaged
+    over the steps, then over seeds, and ``loss_max`` over seeds).
   """
   x_start, x_end = (jnp.asarray(p, jnp.float32) for p in paired)
   if x_start.shape != x_end.shape or x_start.ndim != 4:
     raise ValueError(f"paired arrays must both be [S, K-1, n, d]; got {x_start.shape}, "
                      f"{x_end.shape}")
-  t0s = jnp.asarray(times[:-1], jnp.float32)
-  t1s = jnp.asarray(times[1:], jnp.float32)
-  num_seeds = x_start.shape[0]
+  interval_ends = (jnp.asarray(times[:-1], jnp.float32), jnp.asarray(times[1:], jnp.float32))
   one_seed_params = jax.tree.map(lambda a: a[0], initial_params)
-  tx = make_optimizer(one_seed_params, ("s",), "adam", lr)
-
-  def loss_fn(params, x0, x1, key):
-    k_tau, k_eps = jax.random.split(key)
-    tau = prng.uniform(k_tau, x0.shape[:2], x0.dtype)
-    eps = prng.normal(k_eps, x0.shape, x0.dtype)
-    potential = lambda t, x: nets.potential(params, t, x)
-    per_interval = jax.vmap(
-        lambda a, b, ta, tb, tu, e: score_matching_loss(potential, a, b, ta, tb, tu, e,
-                                                        sigma=sigma))
-    return jnp.mean(per_interval(x0, x1, t0s, t1s, tau, eps))
-
-  def step_one_seed(state: ScoreState, data):
-    x0, x1 = data
-
-    def body(carry, _):
-      key, sub = jax.random.split(carry.key)
-      loss, grads = jax.value_and_grad(loss_fn)(carry.params, x0, x1, sub)
-      updates, opt_state = tx.update(grads, carry.opt_state, carry.params)
-      new = ScoreState(carry.step + 1, optax.apply_updates(carry.params, updates), opt_state,
-                       key)
-      return _select(carry.step < total_steps, new, carry), loss
-
-    state, losses = jax.lax.scan(body, state, None, length=steps_per_call)
-    return state, jnp.mean(losses)
+  tx = make_optimizer(one_seed_params, ("s",), "adam", settings.lr)
+  update = blocks.gradient_step(
+      functools.partial(score_loss, nets, interval_ends, settings.sigma), tx)
+  member_init = _member_init(tx, initial_params)
 
   def init(key: jax.Array) -> ScoreState:
-    return ScoreState(jnp.zeros((num_seeds,), jnp.int32), initial_params,
-                      jax.vmap(tx.init)(initial_params), jax.random.split(key, num_seeds))
+    keys, params, opt_state = member_init(key)
+    return ScoreState(jnp.zeros(keys.shape, jnp.int32), params, opt_state, keys)
 
-  def train_step(state: ScoreState, batch=None):
-    del batch
-    state, losses = jax.vmap(step_one_seed)(state, (x_start, x_end))
-    return state, {"loss": jnp.mean(losses), "loss_max_seed": jnp.max(losses)}
-
-  return contract.train_kernel(init, train_step)
+  step = blocks.vmap_members(
+      blocks.scan_steps(functools.partial(score_step, update, settings.total_steps),
+                        settings.steps_per_call),
+      batch_axis=0, rules={"loss": ("mean", "max")})
+  return contract.train_kernel(init, lambda state, batch=None: step(state, (x_start, x_end)))

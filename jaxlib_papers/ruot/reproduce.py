@@ -15,7 +15,7 @@ import scipy.stats
 from jaxlib_papers.core import figures
 from jaxlib_papers.core.reproduce import Claim, Context, register
 from jaxlib_papers.ruot import data as data_lib
-from jaxlib_papers.ruot import train
+from jaxlib_papers.ruot import plotting, train
 from jaxlib_papers.ruot.configs.default import get_config
 
 # Numbers from the brief (gene data): DeepRUOT per time (Var-RUOT re-run), held-out W1,
@@ -31,11 +31,11 @@ _EMT_CLAIM = "EMT (10-D): W1 per time within 1.5x the paper's (stages 1-2, {pass
 _EMT_PAPER = "/".join(f"{w:g}" for w in PAPER_EMT_W1.values())
 
 
-def growth_x2_correlation(results) -> float:
+def growth_x2_correlation(result: train.RuotResult) -> float:
   """Spearman correlation of the learned g(t, x) with x2 over all observed cells (seed mean)."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  nets, params, snaps = results["networks"], results["params"], results["data"]
+  nets, params, snaps = result.networks, result.params, result.data
   values = []
   for s in range(jax.tree.leaves(params)[0].shape[0]):
     p = jax.tree.map(lambda a, s=s: a[s], params)
@@ -46,36 +46,8 @@ def growth_x2_correlation(results) -> float:
   return float(np.mean(values))
 
 
-def dynamics_figure(results, title: str):
-  """Data and model particles (left) and mass over time (right): a ``matplotlib`` Figure.
-
-  Args:
-    results: ``train.run`` results (``data``, ``ode``, ``summary``).
-    title: the left panel's title prefix.
-  """
-  from matplotlib import colormaps  # pylint: disable=g-import-not-at-top
-  snaps = results["data"]
-  xs, log_ws = results["ode"]
-  fig, axes = figures.new_figure(1, 2, size=(5.5, 4.5))
-  colors = colormaps["viridis"](np.linspace(0, 1, len(snaps.times)))
-  for k, (t, x) in enumerate(zip(snaps.times, snaps.xs)):
-    axes[0].scatter(x[:, 0], x[:, 1], s=3, color=colors[k], alpha=0.3)
-    w = np.exp(log_ws[0, k])
-    axes[0].scatter(xs[0, k, :, 0], xs[0, k, :, 1], s=30 * w / w.mean() * 0.1, marker="x",
-                    color=colors[k], label=f"t={t:g}")
-  axes[0].set_title(f"{title}: data (dots), model particles (x)")
-  axes[0].legend(fontsize=7)
-  rows = results["summary"]
-  times = [r["time"] for r in rows]
-  axes[1].plot(times, [r["mass"] for r in rows], "o-", label="model mass")
-  axes[1].plot(times, snaps.relative_mass, "s--", label="N_k / N_0")
-  axes[1].plot(times, np.ones(len(times)), ":", label="no growth")
-  axes[1].set_xlabel("t")
-  axes[1].legend()
-  return fig
-
-
-def _gene_claims(ctx: Context) -> tuple[list[Claim], list[str]]:
+def _gene_config(ctx: Context):
+  """The preset's config on the gene data (the official file, else our simulator)."""
   config = get_config(ctx.preset)
   config.seed = int(ctx.seed)
   config.data.hold_out = 2
@@ -83,18 +55,55 @@ def _gene_claims(ctx: Context) -> tuple[list[Claim], list[str]]:
   path = ctx.data_file("ruot/simulation_gene_data.csv")
   if path is not None:
     config.data.source, config.data.path = "csv", str(path)
-    source = ctx.data_label("ruot/simulation_gene_data.csv")
   else:
     config.data.source = "simulator"
-    source = ctx.data_label("ruot/simulation_gene_data.csv")
-  results = train.run(config, None)
-  rows = results["summary"]
+  return config, ctx.data_label("ruot/simulation_gene_data.csv")
+
+
+def _fmt(seeds: int):
+  return lambda r, key: f"{r[key]:.3f}" + (f"+-{r[key + '_std']:.3f}" if seeds > 1 else "")
+
+
+def _gene_table(result: train.RuotResult, by_time: dict, held: int, seeds: int) -> list[str]:
+  fmt = _fmt(seeds)
+  table = ["| t | W1 ours | W2 ours | TMV ours | W1 paper | W2 paper | W1 shipped | "
+           "W1 held-out paper | TMV no growth |", "|" + "---|" * 9]
+  for t in sorted(by_time):
+    r = by_time[t]
+    table.append(
+        f"| {t}{' (held out)' if t == held else ''} | {fmt(r, 'w1')} | {fmt(r, 'w2')} | "
+        f"{fmt(r, 'tmv')} | {PAPER_W1.get(t, '-')} | {PAPER_W2.get(t, '-')} | "
+        f"{PAPER_SHIPPED_W1.get(t, '-')} | {PAPER_HELD_OUT_W1.get(t, '-')} | "
+        f"{r['tmv_no_growth']:.3f} |")
+  if result.summary_sde:
+    table.append("")
+    table.append("SDE (inference, dX = (v + grad s) dt + sigma dW) W1 per time: " + ", ".join(
+        f"t={r['time']:g}: {r['w1']:.3f}" for r in result.summary_sde))
+  if result.summary_stage2:
+    table.append("")
+    table.append("ODE after stages 1-2 (before stages 3-4) W1/W2/TMV per time: " + ", ".join(
+        f"t={r['time']:g}: {r['w1']:.3f}/{r['w2']:.3f}/{r['tmv']:.3f}"
+        for r in result.summary_stage2))
+  if result.stage4_error:
+    table.append("")
+    table.append(f"STAGE 4 DIVERGED, the rows above are the stage-3 model: "
+                 f"{result.stage4_error}")
+  table.append("")
+  table.append("stage seconds: " + ", ".join(f"{k} {v:.1f}"
+                                              for k, v in result.timings.items()))
+  return table
+
+
+def _gene_claims(ctx: Context) -> tuple[list[Claim], list[str]]:
+  config, source = _gene_config(ctx)
+  result = train.run(config, None)
+  rows = result.summary
   by_time = {int(round(r["time"])): r for r in rows}
   held = 2
-  corr = growth_x2_correlation(results)
+  corr = growth_x2_correlation(result)
   train_times = [t for t in sorted(by_time) if t not in (0, held)]
   seeds = int(config.num_seeds)
-  fmt = lambda r, key: f"{r[key]:.3f}" + (f"+-{r[key + '_std']:.3f}" if seeds > 1 else "")
+  fmt = _fmt(seeds)
   claims = [
       Claim(f"gene, t={held} held out: W1 at t={held} <= 0.15 ({seeds} seeds)",
             f"{PAPER_HELD_OUT_W1[held]} (held-out protocol)", fmt(by_time[held], "w1"),
@@ -115,34 +124,9 @@ def _gene_claims(ctx: Context) -> tuple[list[Claim], list[str]]:
       Claim("gene: learned growth rises with x2 (Spearman(g, x2) > 0.5 over all cells)",
             "qualitative (growth map figure)", f"{corr:.2f}", corr > 0.5, source),
   ]
-  table = ["| t | W1 ours | W2 ours | TMV ours | W1 paper | W2 paper | W1 shipped | "
-           "W1 held-out paper | TMV no growth |", "|" + "---|" * 9]
-  for t in sorted(by_time):
-    r = by_time[t]
-    table.append(
-        f"| {t}{' (held out)' if t == held else ''} | {fmt(r, 'w1')} | {fmt(r, 'w2')} | "
-        f"{fmt(r, 'tmv')} | {PAPER_W1.get(t, '-')} | {PAPER_W2.get(t, '-')} | "
-        f"{PAPER_SHIPPED_W1.get(t, '-')} | {PAPER_HELD_OUT_W1.get(t, '-')} | "
-        f"{r['tmv_no_growth']:.3f} |")
-  if results["summary_sde"]:
-    table.append("")
-    table.append("SDE (inference, dX = (v + grad s) dt + sigma dW) W1 per time: " + ", ".join(
-        f"t={r['time']:g}: {r['w1']:.3f}" for r in results["summary_sde"]))
-  if results.get("summary_stage2"):
-    table.append("")
-    table.append("ODE after stages 1-2 (before stages 3-4) W1/W2/TMV per time: " + ", ".join(
-        f"t={r['time']:g}: {r['w1']:.3f}/{r['w2']:.3f}/{r['tmv']:.3f}"
-        for r in results["summary_stage2"]))
-  if results.get("stage4_error"):
-    table.append("")
-    table.append(f"STAGE 4 DIVERGED, the rows above are the stage-3 model: "
-                 f"{results['stage4_error']}")
-  table.append("")
-  table.append("stage seconds: " + ", ".join(f"{k} {v:.1f}"
-                                              for k, v in results["timings"].items()))
-  figures.save(dynamics_figure(results, "gene (t=2 held out)"),
+  figures.save(plotting.dynamics_figure(result, "gene (t=2 held out)"),
                ctx.report_dir / "ruot_gene.png", dpi=110)
-  return claims, table
+  return claims, _gene_table(result, by_time, held, seeds)
 
 
 def _emt_claims(ctx: Context) -> tuple[list[Claim], list[str]]:
@@ -166,8 +150,8 @@ def _emt_claims(ctx: Context) -> tuple[list[Claim], list[str]]:
   config.stage4.passes = 0
   config.eval.sde = False
   snaps = data_lib.load_csv(path)
-  results = train.run(config, None, snapshots=snaps)
-  rows = [r for r in results["summary"] if r["time"] > 0]
+  result = train.run(config, None, snapshots=snaps)
+  rows = [r for r in result.summary if r["time"] > 0]
   ours = [r["w1"] for r in rows]
   paper = [PAPER_EMT_W1.get(int(round(r["time"])), float("nan")) for r in rows]
   claim = Claim(
@@ -177,7 +161,7 @@ def _emt_claims(ctx: Context) -> tuple[list[Claim], list[str]]:
   table = ["", "EMT W1 per time: " + ", ".join(
       f"t={r['time']:g}: {r['w1']:.3f} (paper {PAPER_EMT_W1.get(int(round(r['time'])), '-')})"
       for r in rows), "EMT stage seconds: " + ", ".join(
-          f"{k} {v:.1f}" for k, v in results["timings"].items())]
+          f"{k} {v:.1f}" for k, v in result.timings.items())]
   return [claim], table
 
 

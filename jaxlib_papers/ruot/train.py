@@ -1,28 +1,32 @@
-"""DeepRUOT training pipeline: data -> stages 1-4 (each a ``core.train_loop`` run) -> eval.
+"""DeepRUOT training pipeline: data -> stages 1-4 (``core.stages``) -> evaluation.
 
-``run(config, workdir)`` is what the launcher and the Colab demo call. Each stage runs in
-``workdir/stageN`` (checkpointed, resumable); ``workdir=None`` runs in memory.
+``run(config, workdir)`` is what the launcher and the Colab demo call. The config becomes
+settings once (:func:`settings_from_config`); the four stages are declared as
+``core.stages.Stage`` rows (:func:`declare_stages`), each run in ``workdir/stageN``
+(checkpointed, resumable; ``workdir=None`` runs in memory), and the evaluation returns a
+typed :class:`RuotResult` (``results.json`` in the workdir).
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
 import pathlib
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from jaxlib_papers.core import config as config_lib
+from jaxlib_papers.core import blocks, results
 from jaxlib_papers.core import metrics as core_metrics
-from jaxlib_papers.core import ot as core_ot
-from jaxlib_papers.core import train_loop, writers
+from jaxlib_papers.core import stages as stages_lib
 from jaxlib_papers.ruot import data as data_lib
+from jaxlib_papers.ruot import flows
 from jaxlib_papers.ruot import kernel as K
-from jaxlib_papers.ruot.models import Networks, make_networks
+from jaxlib_papers.ruot import losses as L
+from jaxlib_papers.ruot.models import Networks, Params, make_networks
 
 
 def load_snapshots(config: ml_collections.ConfigDict) -> tuple[data_lib.Snapshots, str]:
@@ -41,10 +45,8 @@ def load_snapshots(config: ml_collections.ConfigDict) -> tuple[data_lib.Snapshot
                    f"{config.data.source!r}")
 
 
-def _stage_config(config, name: str, num_steps: int):
-  """The whole config with this stage's name and step count (what its checkpoints key)."""
-  return config_lib.stage_config(config, name,
-                                 loop={**config.loop.to_dict(), "num_steps": int(num_steps)})
+# ---------------------------------------------------------------------------------------
+# Config -> settings (once).
 
 
 def _ot_kwargs(config) -> dict[str, Any]:
@@ -57,6 +59,19 @@ def _ot_kwargs(config) -> dict[str, Any]:
 # g on 0.1 L_OT + L_mass; stage 2 freezes g and fits v on 0.1 L_OT; stage 4 fits all three
 # with the energy, PINN and initial-density terms by SGD.
 FLOW_STAGES = ("stage1", "stage2", "stage4")
+
+
+def _check_count(config, key: str, per_key: str) -> None:
+  """Raises a ValueError naming ``config.<key>`` unless it is a multiple >= 0 of ``per_key``."""
+  group, name = key.split(".")
+  count, per = int(config[group][name]), int(config[group][per_key])
+  if per < 1:
+    raise ValueError(f"config.{group}.{per_key} must be >= 1; got {per}")
+  if count < 0:
+    raise ValueError(f"config.{key} must be >= 0 (0 skips the stage); got {count}")
+  if count % per:
+    raise ValueError(f"config.{key} ({count}) must be a multiple of config.{group}."
+                     f"{per_key} ({per}): both count optimiser steps")
 
 
 def flow_stage_settings(config: ml_collections.ConfigDict, name: str
@@ -85,95 +100,151 @@ def flow_stage_settings(config: ml_collections.ConfigDict, name: str
       method=str(config.ode.method), equal_steps=bool(config.ode.equal_steps))
 
 
-def _interval_grids(times, dt: float) -> jax.Array:
-  """[K-1, S+1] Euler grids padded by repeating the end time (zero steps are no-ops)."""
-  dummy = [np.zeros((1, 1), np.float32)] * len(times)
-  return K.padded_intervals(times, dummy, dt)[0]
+class Stage4Settings(NamedTuple):
+  """What surrounds stage 4: its density target, the level calibration, NaN fallback."""
+  kde_variance: float
+  kde_scale: float
+  calibrate_s_level: bool       # flows.calibrate_potential_level before the stage
+  keep_previous_on_nan: bool    # a diverged stage 4 hands back the stage-3 model
 
 
-def make_pushforward(nets: Networks, times, dt: float, method: str = "euler"):
-  """Returns ``f(params [S-stacked], x0 [n, d]) -> (xs [S, K, n, d], log_ws [S, K, n])``.
+class EvalSettings(NamedTuple):
+  after_stage2: bool   # evaluate the ODE of stages 1-2 too
+  sde: bool            # evaluate the inference SDE too
+  sde_seed: int
+  action: bool         # the path action of the learned dynamics
 
-  Particles start at ``x0`` with weights 1/n and are carried through ``times`` (jitted;
-  one ``lax.scan`` over the intervals).
+
+class RuotSettings(NamedTuple):
+  """Everything ``run`` reads from the config, read once."""
+  seed: int
+  num_seeds: int
+  width: int
+  depth: int
+  dt: float             # Euler step of the pushforward, the SDE and the action
+  method: str           # ODE scheme
+  sigma: float
+  alpha: float
+  flows: dict[str, K.FlowStageSettings]   # "stage1", "stage2", "stage4"
+  score: K.ScoreStageSettings             # stage 3
+  stage4: Stage4Settings
+  eval: EvalSettings
+
+
+def settings_from_config(config: ml_collections.ConfigDict) -> RuotSettings:
+  """The :class:`RuotSettings` of ``config``.
+
+  Raises:
+    ValueError: naming the key of a stage length below 0 or not a multiple of its steps
+      per call, or of ``num_seeds`` below 1.
   """
-  grids = _interval_grids(times, dt)
-
-  def one_seed(params, x0):
-    v = lambda t, x: nets.velocity(params, t, x)
-    g = lambda t, x: nets.growth(params, t, x)
-    log_w0 = jnp.full((x0.shape[0],), -jnp.log(float(x0.shape[0])), x0.dtype)
-
-    def interval(state, grid):
-      state = K.weighted_flow(v, g, *state, grid, method=method)
-      return state, state
-
-    _, (xs, log_ws) = jax.lax.scan(interval, (x0, log_w0), grids)
-    return (jnp.concatenate([x0[None], xs]), jnp.concatenate([log_w0[None], log_ws]))
-
-  return jax.jit(jax.vmap(one_seed, in_axes=(0, None)))
-
-
-def make_sde_sampler(nets: Networks, times, dt: float, sigma: float):
-  """``f(params, x0, key) -> (xs [S, K, n, d], log_ws [S, K, n])`` from the inference SDE."""
-  grid = np.concatenate([K.time_grid(float(a), float(b), dt)[:-1]
-                         for a, b in zip(times[:-1], times[1:])] + [np.array(times[-1:])])
-  index = np.searchsorted(grid, np.asarray(times) - 1e-9)
-
-  def one_seed(params, x0, key):
-    v = lambda t, x: nets.velocity(params, t, x)
-    g = lambda t, x: nets.growth(params, t, x)
-    s = lambda t, x: nets.potential(params, t, x)
-    log_w0 = jnp.full((x0.shape[0],), -jnp.log(float(x0.shape[0])), x0.dtype)
-    x_path, w_path = K.inference_sde(v, g, s, x0, log_w0, grid, key, sigma=sigma)
-    return x_path[index], w_path[index]
-
-  return jax.jit(jax.vmap(one_seed, in_axes=(0, None, 0)))
+  num_seeds = int(config.num_seeds)
+  if num_seeds < 1:
+    raise ValueError(f"config.num_seeds must be >= 1; got {num_seeds}")
+  for name in FLOW_STAGES:
+    _check_count(config, f"{name}.passes", "passes_per_step")
+  _check_count(config, "stage3.steps", "steps_per_call")
+  s4 = config.stage4
+  return RuotSettings(
+      seed=int(config.seed), num_seeds=num_seeds, width=int(config.model.width),
+      depth=int(config.model.depth), dt=float(config.ode.dt),
+      method=str(config.ode.method), sigma=float(config.sigma), alpha=float(config.alpha),
+      flows={name: flow_stage_settings(config, name) for name in FLOW_STAGES},
+      score=K.ScoreStageSettings(lr=float(config.stage3.lr),
+                                 total_steps=int(config.stage3.steps),
+                                 steps_per_call=int(config.stage3.steps_per_call),
+                                 sigma=float(config.sigma)),
+      stage4=Stage4Settings(float(s4.kde_variance), float(s4.kde_scale),
+                            bool(s4.calibrate_s_level), bool(s4.keep_previous_on_nan)),
+      eval=EvalSettings(bool(config.eval.after_stage2), bool(config.eval.sde),
+                        int(config.eval.sde_seed), bool(config.eval.action)))
 
 
-def calibrate_potential_level(nets: Networks, params, t0: float, x0, target, sigma: float):
-  """Adds to ``s`` the constant that best matches ``exp(2 s(t0, x) / sigma^2)`` to ``target``.
-
-  Score matching fixes only ``grad s``; the level of ``s`` is arbitrary, yet the stage-4
-  PINN and initial-density terms use ``rho = exp(2 s / sigma^2)`` (32 s at sigma 0.25), so
-  an arbitrary level makes them overflow (measured: stage 4 reached NaN on the gene data
-  without this). We set the free constant so that ``log rho`` matches ``log target`` on
-  average at the first snapshot (least squares in log space); the score is unchanged.
-
-  Args:
-    params: [S]-stacked params; x0: [n, d] first snapshot; target: [n] density there.
-
-  Returns:
-    params with the last bias of the ``s`` net shifted per seed.
-  """
-  s0 = jax.vmap(lambda p: nets.potential(p, t0, x0))(params)                 # [S, n]
-  shift = jnp.mean(0.5 * sigma**2 * jnp.log(target)[None] - s0, axis=1)      # [S]
-  layers = params["s"]["params"]
-  last = max(layers, key=lambda name: int(name.split("_")[-1]))
-  new_layers = dict(layers)
-  new_layers[last] = dict(layers[last])
-  new_layers[last]["bias"] = layers[last]["bias"] + shift[:, None]
-  return {**params, "s": {**params["s"], "params": new_layers}}
+# ---------------------------------------------------------------------------------------
+# Stages.
 
 
-def exact_pairs(xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """Exact-OT pairing of consecutive particle clouds.
+class Problem(NamedTuple):
+  """The networks and the training snapshots every stage trains on."""
+  nets: Networks
+  times: list[float]        # [K] training times
+  xs: list[jax.Array]       # K arrays [n_k, d]
 
-  Args:
-    xs: [S, K, n, d] particle positions per seed and time (equal n: the plan of uniform
-      weights is a permutation).
 
-  Returns:
-    ``(start, end)``, each [S, K-1, n, d]: ``end[s, k, i]`` is the OT partner of
-    ``start[s, k, i] = xs[s, k, i]``.
-  """
-  xs = np.asarray(xs)
-  ends = np.empty_like(xs[:, 1:])
-  for s in range(xs.shape[0]):
-    for k in range(xs.shape[1] - 1):
-      plan = core_ot.exact_coupling(xs[s, k], xs[s, k + 1])
-      ends[s, k] = xs[s, k + 1][np.argmax(plan, axis=1)]
-  return xs[:, :-1], ends
+def flow_stage(name: str, problem: Problem, settings: K.FlowStageSettings,
+               initial_target: jax.Array | None = None) -> stages_lib.Stage:
+  """Flow stage ``name`` (1, 2 or 4): hands on its best params (or its last, stage 4)."""
+  make = lambda params: K.make_flow_stage(problem.nets, problem.times, problem.xs, params,
+                                          settings, initial_target=initial_target)
+  carry = ((lambda state: state.best.params) if settings.track_best
+           else (lambda state: state.params))
+  return stages_lib.Stage(name, make, settings.total_passes, settings.passes_per_step,
+                          carry=carry)
+
+
+def score_stage(problem: Problem, settings: RuotSettings) -> stages_lib.Stage:
+  """Stage 3: its kernel pairs the ODE particles of the carried params by exact OT."""
+
+  def make(params: Params):
+    push = flows.make_pushforward(problem.nets, problem.times, settings.dt, settings.method)
+    ode_xs, _ = push(params, problem.xs[0])
+    pairs = flows.exact_pairs(np.asarray(ode_xs))
+    return K.make_score_stage(problem.nets, problem.times, pairs, params, settings.score)
+
+  return stages_lib.Stage("stage3", make, settings.score.total_steps,
+                          settings.score.steps_per_call, carry=lambda state: state.params)
+
+
+def declare_stages(problem: Problem, settings: RuotSettings,
+                   initial_target: jax.Array) -> tuple[stages_lib.Stage, ...]:
+  """Stage 1: v and g on 0.1 L_OT + L_mass. Stage 2: g frozen, v on 0.1 L_OT. Stage 3:
+  score matching of s on OT-paired bridges. Stage 4: all jointly + energy, PINN, initial."""
+  return (flow_stage("stage1", problem, settings.flows["stage1"]),
+          flow_stage("stage2", problem, settings.flows["stage2"]),
+          score_stage(problem, settings),
+          flow_stage("stage4", problem, settings.flows["stage4"], initial_target))
+
+
+class Trained(NamedTuple):
+  params: Params                        # [S]-stacked params after stage 4 (or 3)
+  params_stage2: Params                 # after stages 1-2
+  stage4_error: str | None              # why stage 4 diverged, if it did
+  histories: dict[str, list[dict[str, float]]]
+  seconds: dict[str, float]
+
+
+def train_stages(problem: Problem, settings: RuotSettings, config: ml_collections.ConfigDict,
+                 workdir: pathlib.Path | None, params: Params,
+                 mesh: jax.sharding.Mesh | None = None) -> Trained:
+  """Runs stages 1-2, 3, then 4 (calibrated first; kept out on NaN if so configured)."""
+  s4 = settings.stage4
+  initial_target = L.kde_density(problem.xs[0], problem.xs[0], s4.kde_variance, s4.kde_scale)
+  stage1, stage2, stage3, stage4 = declare_stages(problem, settings, initial_target)
+  run = lambda stages, initial: stages_lib.run_stages(stages, config, workdir,
+                                                      initial=initial, mesh=mesh, name="ruot")
+  first = run((stage1, stage2), params)
+  score = run((stage3,), first.carried)
+  params = score.carried
+  if stage4.num_steps > 0 and s4.calibrate_s_level:
+    params = flows.calibrate_potential_level(problem.nets, params, problem.times[0],
+                                             problem.xs[0], initial_target, settings.sigma)
+  histories = {**first.histories, **score.histories}
+  seconds = {**first.seconds, **score.seconds}
+  try:
+    last = run((stage4,), params)
+  except FloatingPointError as error:
+    if not s4.keep_previous_on_nan:
+      raise
+    # Reported, not hidden: the result's stage4_error says what happened and the evaluation
+    # uses the stage-3 model (the ODE of stages 1-2 plus the score of stage 3).
+    print(f"[ruot] stage 4 diverged ({error}); evaluating the stage-3 model", flush=True)
+    return Trained(params, first.carried, str(error), histories, seconds)
+  return Trained(last.carried, first.carried, None, {**histories, **last.histories},
+                 {**seconds, **last.seconds})
+
+
+# ---------------------------------------------------------------------------------------
+# Evaluation and the result.
 
 
 def evaluate(snapshots: data_lib.Snapshots, xs: np.ndarray, log_ws: np.ndarray
@@ -207,45 +278,77 @@ def evaluate(snapshots: data_lib.Snapshots, xs: np.ndarray, log_ws: np.ndarray
   return rows
 
 
-def path_action(nets: Networks, params, x0, times, dt: float, sigma: float, alpha: float
-                ) -> np.ndarray:
-  """[S] total action sum_i int L w_i dt of the learned dynamics from the first snapshot."""
-  grids = _interval_grids(times, dt)
-
-  def one_seed(p):
-    v = lambda t, x: nets.velocity(p, t, x)
-    g = lambda t, x: nets.growth(p, t, x)
-    s = lambda t, x: nets.potential(p, t, x)
-    log_w0 = jnp.full((x0.shape[0],), -jnp.log(float(x0.shape[0])), x0.dtype)
-
-    def interval(state, grid):
-      x, log_w = state
-      x, log_w, action = K.weighted_flow_with_action(v, g, s, x, log_w, grid, sigma=sigma,
-                                                     alpha=alpha)
-      return (x, log_w), jnp.sum(action)
-
-    _, actions = jax.lax.scan(interval, (x0, log_w0), grids)
-    return jnp.sum(actions)
-
-  return np.asarray(jax.jit(jax.vmap(one_seed))(params))
+SUMMARY_METRICS = ("w1", "w2", "mass", "tmv", "tmv_no_growth")
 
 
-def summarize(rows: list[list[dict[str, float]]]) -> list[dict[str, float]]:
-  """Mean and std over seeds of every metric, per time."""
-  out = []
-  for k in range(len(rows[0])):
-    entry = {"time": rows[0][k]["time"]}
-    for name in ("w1", "w2", "mass", "tmv", "tmv_no_growth"):
-      values = np.array([r[k][name] for r in rows])
-      entry[name] = float(values.mean())
-      entry[name + "_std"] = float(values.std())
-    out.append(entry)
-  return out
+def summarize(rows: list[list[dict[str, float]]] | None) -> list[dict[str, float]] | None:
+  """Mean and std over seeds of every metric, per time (None without rows)."""
+  if not rows:
+    return None
+  return results.summarize([row for seed_rows in rows for row in seed_rows],
+                           SUMMARY_METRICS, by=("time",))
+
+
+@dataclasses.dataclass(frozen=True)
+class RuotResult:
+  """What ``run`` returns; ``results.json`` holds the fields not marked in memory."""
+  rows: list[list[dict[str, float]]]           # [S][K] ODE metrics per seed and time
+  summary: list[dict[str, float]]              # [K] mean, std over seeds
+  rows_sde: list[list[dict[str, float]]] | None
+  summary_sde: list[dict[str, float]] | None
+  summary_stage2: list[dict[str, float]] | None  # the ODE after stages 1-2
+  stage4_error: str | None                     # why stage 4 diverged (None: it did not)
+  action: list[float]                          # [S] path action (NaN when not evaluated)
+  timings: dict[str, float]                    # seconds per stage and of the evaluation
+  train_times: list[float]
+  held_out_time: float | None
+  source: str                                  # where the data came from
+  rows_stage2: Any = results.in_memory()
+  params: Any = results.in_memory()            # [S]-stacked params of the final model
+  ode: Any = results.in_memory()               # (xs [S, K, n, d], log_ws [S, K, n])
+  sde: Any = results.in_memory()               # the same from the SDE, or None
+  histories: Any = results.in_memory()         # the loop's rows per stage
+  data: Any = results.in_memory()              # all snapshots (held-out time included)
+  networks: Any = results.in_memory()          # models.Networks
+
+
+class Evaluation(NamedTuple):
+  rows: list[list[dict[str, float]]]
+  rows_sde: list[list[dict[str, float]]] | None
+  ode: tuple[np.ndarray, np.ndarray]
+  sde: tuple[np.ndarray, np.ndarray] | None
+  action: np.ndarray
+
+
+def ode_particles(snapshots: data_lib.Snapshots, nets: Networks, params: Params,
+                  settings: RuotSettings) -> tuple[np.ndarray, np.ndarray]:
+  """(xs [S, K, n, d], log_ws [S, K, n]): the ODE from the first snapshot, every time."""
+  push_all = flows.make_pushforward(nets, [float(t) for t in snapshots.times], settings.dt,
+                                    settings.method)
+  return jax.device_get(push_all(params, jnp.asarray(snapshots.xs[0])))
+
+
+def evaluate_model(snapshots: data_lib.Snapshots, nets: Networks, params: Params,
+                   settings: RuotSettings) -> Evaluation:
+  """ODE (and SDE) particles at every observed time, their metrics, the path action."""
+  all_times = [float(t) for t in snapshots.times]
+  x0 = jnp.asarray(snapshots.xs[0])
+  ode = ode_particles(snapshots, nets, params, settings)
+  rows_sde = sde = None
+  if settings.eval.sde:
+    keys = jax.random.split(jax.random.key(settings.eval.sde_seed), settings.num_seeds)
+    sde = jax.device_get(
+        flows.make_sde_sampler(nets, all_times, settings.dt, settings.sigma)(params, x0, keys))
+    rows_sde = evaluate(snapshots, *sde)
+  action = (flows.path_action(nets, params, x0, all_times, settings.dt, settings.sigma,
+                              settings.alpha)
+            if settings.eval.action else np.full((settings.num_seeds,), np.nan))
+  return Evaluation(evaluate(snapshots, *ode), rows_sde, tuple(ode), sde, action)
 
 
 def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = None,
         *, snapshots: data_lib.Snapshots | None = None,
-        mesh: jax.sharding.Mesh | None = None) -> dict[str, Any]:
+        mesh: jax.sharding.Mesh | None = None) -> RuotResult:
   """Trains DeepRUOT (stages 1-4) on ``config``'s data and evaluates every time point.
 
   Args:
@@ -255,125 +358,35 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
     mesh: the stages' mesh (default: ``core.train_loop``'s, over all devices).
 
   Returns:
-    A dict with ``params`` ([S]-stacked), ``rows`` (per seed and time), ``summary`` (mean,
-    std over seeds), ``ode``/``sde`` particles, ``timings`` (seconds per stage),
-    ``histories``, ``data`` (all snapshots), ``train_times``, ``held_out_time``.
+    A :class:`RuotResult`.
   """
+  settings = settings_from_config(config)
   source = "given"
   if snapshots is None:
     snapshots, source = load_snapshots(config)
   snapshots = data_lib.validate(snapshots)
   hold = int(config.data.hold_out)
   train_snaps = data_lib.hold_out(snapshots, hold)
-  held_out_time = float(snapshots.times[hold]) if hold >= 0 else None
-  num_seeds = int(config.num_seeds)
-  if num_seeds < 1:
-    raise ValueError(f"config.num_seeds must be >= 1; got {num_seeds}")
   workdir = pathlib.Path(workdir) if workdir is not None else None
-  stage_dir = lambda name: (workdir / name) if workdir is not None else None
-
-  nets = make_networks(snapshots.dim, int(config.model.width), int(config.model.depth))
-  seed_keys = jax.random.split(jax.random.key(int(config.seed)), num_seeds)
-  params = jax.jit(jax.vmap(nets.init))(seed_keys)
-  times = [float(t) for t in train_snaps.times]
-  xs = [jnp.asarray(x) for x in train_snaps.xs]
-  sigma, alpha = float(config.sigma), float(config.alpha)
-  dt, method = float(config.ode.dt), str(config.ode.method)
-  timings, histories = {}, {}
-
-  def flow_stage(name, params, initial_target=None):
-    """Trains flow stage ``name`` from ``params``; returns its params (best or last)."""
-    settings = flow_stage_settings(config, name)
-    if settings.total_passes == 0:
-      return params
-    kern = K.make_flow_stage(nets, times, xs, params, settings,
-                             initial_target=initial_target)
-    start = time.perf_counter()
-    result = train_loop.run(
-        kern, None,
-        _stage_config(config, name, math.ceil(settings.total_passes / settings.passes_per_step)),
-        stage_dir(name), mesh=mesh, name=f"ruot/{name}")
-    state = jax.block_until_ready(result.state)
-    timings[name] = time.perf_counter() - start
-    histories[name] = result.history
-    return state.best_params if settings.track_best else state.params
-
-  # Stage 1: v and g on 0.1 L_OT + L_mass.  Stage 2: g frozen, v on 0.1 L_OT.
-  params = flow_stage("stage1", params)
-  params = flow_stage("stage2", params)
-
-  # The ODE fit after stages 1-2 (v, g only), before the score and the joint fine-tune.
-  all_times = [float(t) for t in snapshots.times]
-  x0 = jnp.asarray(snapshots.xs[0])
-  push_all = make_pushforward(nets, all_times, dt, method)
+  nets = make_networks(snapshots.dim, settings.width, settings.depth)
+  params = jax.jit(blocks.vmap_init(nets.init, settings.num_seeds))(
+      jax.random.key(settings.seed))
+  problem = Problem(nets, [float(t) for t in train_snaps.times],
+                    [jnp.asarray(x) for x in train_snaps.xs])
+  trained = train_stages(problem, settings, config, workdir, params, mesh)
   rows_stage2 = None
-  if bool(config.eval.after_stage2):
-    rows_stage2 = evaluate(snapshots, *jax.device_get(push_all(params, x0)))
-
-  # Stage 3: score matching of s on OT-paired bridges between ODE particles.
-  if int(config.stage3.steps) > 0:
-    start = time.perf_counter()
-    push = make_pushforward(nets, times, dt, method)
-    ode_xs, _ = push(params, xs[0])
-    pairs = exact_pairs(np.asarray(ode_xs))
-    per = int(config.stage3.steps_per_call)
-    kern = K.make_score_stage(nets, times, pairs, params, lr=float(config.stage3.lr),
-                              total_steps=int(config.stage3.steps), steps_per_call=per,
-                              sigma=sigma)
-    result = train_loop.run(
-        kern, None, _stage_config(config, "stage3", math.ceil(config.stage3.steps / per)),
-        stage_dir("stage3"), mesh=mesh, name="ruot/stage3")
-    params = jax.block_until_ready(result.state.params)
-    timings["stage3"] = time.perf_counter() - start
-    histories["stage3"] = result.history
-
-  # Stage 4: everything jointly with energy, PINN and initial-density terms (SGD).
-  s4 = config.stage4
-  initial_target = K.kde_density(xs[0], xs[0], float(s4.kde_variance), float(s4.kde_scale))
-  if int(s4.passes) > 0 and bool(s4.calibrate_s_level):
-    params = calibrate_potential_level(nets, params, times[0], xs[0], initial_target, sigma)
-  params_before_stage4 = params
-  stage4_error = None
-  try:
-    params = flow_stage("stage4", params, initial_target=initial_target)
-  except FloatingPointError as error:
-    if not bool(s4.keep_previous_on_nan):
-      raise
-    # Reported, not hidden: results["stage4_error"] says what happened and the evaluation
-    # below uses the stage-3 model (the ODE of stages 1-2 plus the score of stage 3).
-    stage4_error = str(error)
-    print(f"[ruot] stage 4 diverged ({error}); evaluating the stage-3 model", flush=True)
-    params = params_before_stage4
-
-  # Evaluation at every observed time (the held-out one included), ODE and SDE.
+  if settings.eval.after_stage2:
+    rows_stage2 = evaluate(snapshots,
+                           *ode_particles(snapshots, nets, trained.params_stage2, settings))
   start = time.perf_counter()
-  ode_xs, ode_log_ws = jax.device_get(push_all(params, x0))
-  rows = evaluate(snapshots, ode_xs, ode_log_ws)
-  out_sde = None
-  rows_sde = None
-  if bool(config.eval.sde):
-    keys = jax.random.split(jax.random.key(int(config.eval.sde_seed)), num_seeds)
-    sde_xs, sde_log_ws = jax.device_get(
-        make_sde_sampler(nets, all_times, dt, sigma)(params, x0, keys))
-    rows_sde = evaluate(snapshots, sde_xs, sde_log_ws)
-    out_sde = (sde_xs, sde_log_ws)
-  action = (path_action(nets, params, x0, all_times, dt, sigma, alpha)
-            if bool(config.eval.action) else np.full((num_seeds,), np.nan))
-  timings["eval"] = time.perf_counter() - start
-
-  results = {
-      "params": params, "rows": rows, "summary": summarize(rows),
-      "rows_sde": rows_sde, "summary_sde": summarize(rows_sde) if rows_sde else None,
-      "rows_stage2": rows_stage2, "stage4_error": stage4_error,
-      "summary_stage2": summarize(rows_stage2) if rows_stage2 else None,
-      "action": action.tolist(), "ode": (ode_xs, ode_log_ws), "sde": out_sde,
-      "timings": timings, "histories": histories, "data": snapshots,
-      "train_times": times, "held_out_time": held_out_time, "source": source,
-      "networks": nets,
-  }
-  if workdir is not None:
-    keep = ("rows", "summary", "rows_sde", "summary_sde", "summary_stage2", "stage4_error",
-            "action", "timings",
-            "train_times", "held_out_time", "source")
-    writers.write_json(workdir / "results.json", {k: results[k] for k in keep}, indent=1)
-  return results
+  ev = evaluate_model(snapshots, nets, trained.params, settings)
+  timings = {**trained.seconds, "eval": time.perf_counter() - start}
+  result = RuotResult(
+      rows=ev.rows, summary=summarize(ev.rows), rows_sde=ev.rows_sde,
+      summary_sde=summarize(ev.rows_sde), summary_stage2=summarize(rows_stage2),
+      stage4_error=trained.stage4_error, action=ev.action.tolist(), timings=timings,
+      train_times=problem.times, held_out_time=float(snapshots.times[hold]) if hold >= 0
+      else None, source=source, rows_stage2=rows_stage2, params=trained.params, ode=ev.ode,
+      sde=ev.sde, histories=trained.histories, data=snapshots, networks=nets)
+  results.write(result, workdir)
+  return result

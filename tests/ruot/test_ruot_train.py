@@ -8,6 +8,7 @@ import pytest
 from jaxlib_papers.core import distributed
 from jaxlib_papers.core.reproduce import Context
 from jaxlib_papers.ruot import kernel as K
+from jaxlib_papers.ruot import losses as L
 from jaxlib_papers.ruot import reproduce, train
 from jaxlib_papers.ruot.configs.default import get_config
 from jaxlib_papers.ruot.models import make_networks
@@ -25,19 +26,22 @@ def smoke_results():
 
 
 def test_smoke_run_beats_no_growth_on_tmv_and_moves_towards_data(smoke_results):
-  rows = smoke_results["summary"]
-  assert smoke_results["held_out_time"] == 2.0
-  assert smoke_results["train_times"] == [0.0, 1.0, 3.0, 4.0]
+  rows = smoke_results.summary
+  assert smoke_results.held_out_time == 2.0
+  assert smoke_results.train_times == [0.0, 1.0, 3.0, 4.0]
   for row in rows[1:]:   # the held-out time included
     assert row["tmv"] < 0.5 * row["tmv_no_growth"], row
-  snaps = smoke_results["data"]
+  snaps = smoke_results.data
   from jaxlib_papers.core import metrics  # pylint: disable=g-import-not-at-top
   for k in (2, 4):       # better than not moving at all
     assert rows[k]["w1"] < 0.7 * metrics.w1(snaps.xs[0], snaps.xs[k]), rows[k]
-  per_seed = smoke_results["rows"]
+  per_seed = smoke_results.rows
   assert len(per_seed) == 2 and per_seed[0][4]["w1"] != per_seed[1][4]["w1"]
-  assert len(smoke_results["action"]) == 2   # path action: off at smoke (compile time)
-  assert set(smoke_results["timings"]) >= {"stage1", "stage3", "eval"}
+  assert len(smoke_results.action) == 2   # path action: off at smoke (compile time)
+  assert set(smoke_results.timings) >= {"stage1", "stage3", "eval"}
+  # The stages ran their optimiser steps: loop.num_steps counts passes / score steps.
+  assert smoke_results.histories["stage1"][-1]["step"] == 40
+  assert smoke_results.histories["stage3"][-1]["step"] == 20
 
 
 def test_reproduce_claims_at_smoke(smoke_results, tmp_path, monkeypatch, offline_data):
@@ -58,7 +62,7 @@ def test_inference_sde_moments():
   n, sigma, t_end = 4000, 0.3, 2.0
   c = jnp.array([0.5, -1.0])
   ts = jnp.linspace(0.0, t_end, 41)
-  x, log_w = K.inference_sde(lambda t, z: jnp.broadcast_to(c, z.shape),
+  x, log_w = L.inference_sde(lambda t, z: jnp.broadcast_to(c, z.shape),
                              lambda t, z: jnp.full(z.shape[:1], 0.25),
                              lambda t, z: jnp.zeros(z.shape[:1]),
                              jnp.zeros((n, 2)), jnp.zeros((n,)), ts, jax.random.key(0),
@@ -84,7 +88,7 @@ def test_stage4_pass_runs_and_is_finite():
   rng = np.random.default_rng(0)
   xs = [rng.uniform(0, 1, size=(10, 2)).astype(np.float32),
         rng.uniform(0, 1, size=(12, 2)).astype(np.float32)]
-  target = K.kde_density(jnp.asarray(xs[0]), jnp.asarray(xs[0]), 0.4, 2.0)
+  target = L.kde_density(jnp.asarray(xs[0]), jnp.asarray(xs[0]), 0.4, 2.0)
   kern = K.make_flow_stage(
       nets, [0.0, 1.0], xs, params, K.FlowStageSettings(
           trainable=("v", "g", "s"),
@@ -111,3 +115,32 @@ def test_config_errors():
   config.data.source, config.data.path = "csv", ""
   with pytest.raises(ValueError, match="config.data.path is empty"):
     train.run(config, None)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("stage3.steps", -5, r"config\.stage3\.steps must be >= 0"),
+    ("stage3.steps", 150, r"config\.stage3\.steps \(150\) must be a multiple of "
+                          r"config\.stage3\.steps_per_call \(100\)"),
+    ("stage1.passes", 30, r"config\.stage1\.passes \(30\) must be a multiple"),
+    ("stage4.passes_per_step", 0, r"config\.stage4\.passes_per_step must be >= 1"),
+    ("num_seeds", 0, r"config\.num_seeds must be >= 1"),
+])
+def test_bad_stage_lengths_name_their_key(key, value, message):
+  config = get_config("smoke")
+  config.update_from_flattened_dict({key: value})
+  with pytest.raises(ValueError, match=message):
+    train.run(config, None)   # refused before any data is loaded or anything compiled
+
+
+def test_settings_from_config_counts_optimiser_steps():
+  for preset in ("smoke", "cpu", "full"):
+    config = get_config(preset)
+    settings = train.settings_from_config(config)
+    assert settings.score.total_steps == int(config.stage3.steps)
+    assert settings.score.total_steps % settings.score.steps_per_call == 0
+    for flow in settings.flows.values():
+      assert flow.total_passes % flow.passes_per_step == 0
+  # The paper's schedule: 50 + 30 passes, 3001 score steps, 10 SGD passes.
+  cpu = train.settings_from_config(get_config("cpu"))
+  assert [cpu.flows[s].total_passes for s in ("stage1", "stage2", "stage4")] == [50, 30, 10]
+  assert cpu.score.total_steps == 3001
