@@ -91,7 +91,7 @@ def fsbm_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
   """One CondSOC iteration over the config's B pairs; one bridge-matching (M-) step."""
   import optax  # pylint: disable=g-import-not-at-top
 
-  from jaxlib_papers.fsbm import feedback, gpath, kernel, tasks, train
+  from jaxlib_papers.fsbm import feedback, gpath, kernel, models, tasks, train
   from jaxlib_papers.fsbm.configs import default
 
   config = default.get_config(preset)
@@ -111,10 +111,11 @@ def fsbm_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
     _, _, mean_path = pairs()
 
     def solve(mp, key):
-      return kernel.condsoc_solve(
-          mp[:, 0], mp[:, -1], mp, key, settings=csoc, sign=1.0, tau=float(config.tau),
-          keypoints=kp, inv_std=feedback.keypoint_inv_std(kp),
-          base_drift=train.reference_drift(config), state_cost=tasks.state_cost(config))
+      guide = kernel.Guidance(kp, feedback.keypoint_inv_std(kp),
+                              base_drift=train.reference_drift(config),
+                              state_cost=tasks.state_cost(config))
+      return kernel.condsoc_solve(mp[:, 0], mp[:, -1], mp, key, settings=csoc, guide=guide,
+                                  weights=kernel.PairWeights(sign=1.0, tau=float(config.tau)))
 
     c = settings.csoc
     return HotPath(solve, (mean_path, jax.random.key(0)), 1, "iteration",
@@ -122,7 +123,8 @@ def fsbm_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
                    f"N={c.num_noise}, T_mean={c.num_mean_knots}, T_gamma={c.num_gamma_knots}")
 
   def mstep() -> HotPath:
-    kern = train.build(config)[0]
+    kern = train.build(config).kernel
+    apply_fn = models.VectorField(dim=settings.dim, hidden=settings.hidden).apply
     state = kern.init(jax.random.key(0))
     x0, x1, mean_path = pairs()
     # Stand-ins for the fitted paths: straight lines (the step's cost does not depend on
@@ -142,7 +144,7 @@ def fsbm_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
           q, a, b, tt, n, sigma=settings.csoc.sigma, sign=1.0))(pp, x0[idx], x1[idx], t,
                                                                   noise)
       loss, grads = jax.value_and_grad(kernel.bridge_matching_loss)(
-          net, kern.apply_fn, xt, t, target)
+          net, apply_fn, xt, t, target)
       updates, opt_state = tx.update(grads, opt_state, net)
       net = optax.apply_updates(net, updates)
       ema = optax.incremental_update(net, ema, 1.0 - settings.ema_decay)
