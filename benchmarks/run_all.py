@@ -236,8 +236,8 @@ def ocm_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
     return parts["model"], parts["head_model"], batch
 
   def optimizer(group):
-    return train._optimizer(group.lr, group.warmup_steps, 10**6,  # noqa: SLF001
-                            group.get("grad_clip", 1.0))
+    return train._optimizer(train.Optim(group.lr, group.warmup_steps, 10**6,  # noqa: SLF001
+                                        group.get("grad_clip", 1.0)))
 
   def dsm_state(model, example):
     d = config.dsm
@@ -260,9 +260,10 @@ def ocm_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
   def heads_state(model, head, x0):
     _, backbone = dsm_state(model, x0[:2])
     h = config.heads
-    kern = kernel.make_head_kernel(model, head, schedule, optimizer(h), x0[:2],
-                                   backbone.params, heads=tuple(h.names),
-                                   num_probes=int(h.num_probes), ema_decay=h.ema_decay)
+    settings = kernel.HeadSettings(model, head, schedule, heads=tuple(h.names),
+                                   num_probes=int(h.num_probes), ema_decay=h.ema_decay,
+                                   param=h.param, loss=h.loss)
+    kern = kernel.make_head_kernel(settings, optimizer(h), x0[:2], backbone.params)
     return kern, jax.jit(kern.init)(jax.random.key(1))
 
   def head_step() -> HotPath:

@@ -20,12 +20,14 @@ import ml_collections
 import numpy as np
 
 from jaxlib_papers.core import blocks, results
+from jaxlib_papers.core import config as config_lib
 from jaxlib_papers.core import metrics as core_metrics
 from jaxlib_papers.core import stages as stages_lib
 from jaxlib_papers.ruot import data as data_lib
 from jaxlib_papers.ruot import flows
 from jaxlib_papers.ruot import kernel as K
 from jaxlib_papers.ruot import losses as L
+from jaxlib_papers.ruot.configs import default as default_config
 from jaxlib_papers.ruot.models import Networks, Params, make_networks
 
 
@@ -360,6 +362,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
   Returns:
     A :class:`RuotResult`.
   """
+  config_lib.validate(config, default_config.CONSTRAINTS)
   settings = settings_from_config(config)
   source = "given"
   if snapshots is None:

@@ -13,6 +13,7 @@ stage run in ``workdir/stageN``); set the stage lengths in ``stageN.*``, in opti
 
 from __future__ import annotations
 
+from jaxlib_papers.core import config as C
 from jaxlib_papers.core.config import make_config
 
 _BASE = dict(
@@ -67,7 +68,6 @@ _OVERRIDES = {
         "stage3.steps": 100, "stage3.steps_per_call": 100,
         "stage4.passes": 0,          # stage 4 (SGD 1e-5) is exercised by its own test
         "eval.sde": False, "eval.after_stage2": False, "eval.action": False,
-        "loop.quiet": True,
     },
     "cpu": {
         "num_seeds": 1,              # 2 shared cores: one seed keeps the check near 5 min
@@ -83,6 +83,36 @@ _OVERRIDES = {
 }
 
 
+def _flow_stage(name: str, *lambdas: str) -> dict[str, C.Constraint]:
+  return {f"{name}.passes": C.at_least(0), f"{name}.passes_per_step": C.at_least(1),
+          f"{name}.lr": C.positive(), **{f"{name}.{k}": C.non_negative() for k in lambdas}}
+
+
+# What every key allows, checked when a config is built and again by ``train.run`` and the
+# launcher (after command-line overrides), before any data is loaded.
+CONSTRAINTS = {
+    "seed": C.at_least(0), "num_seeds": C.at_least(1),
+    "data.source": C.one_of("simulator", "csv"), "data.path": C.existing_file(),
+    "data.hold_out": C.at_least(-1), "data.sim_cells": C.at_least(2),
+    "data.sim_noise": C.non_negative(),
+    "model.width": C.at_least(1), "model.depth": C.at_least(1),
+    "sigma": C.positive(), "alpha": C.non_negative(),
+    "ode.dt": C.positive(), "ode.method": C.one_of("euler", "heun"),
+    "ot.method": C.one_of("exact", "sinkhorn"), "ot.epsilon": C.positive(),
+    "ot.threshold": C.positive(), "ot.max_iterations": C.at_least(1),
+    **_flow_stage("stage1", "lambda_ot", "lambda_mass"),
+    **_flow_stage("stage2", "lambda_ot"),
+    "stage3.steps": C.at_least(0), "stage3.steps_per_call": C.at_least(1),
+    "stage3.lr": C.positive(),
+    **_flow_stage("stage4", "lambda_ot", "lambda_mass", "lambda_energy", "lambda_pinn",
+                  "lambda_initial"),
+    "stage4.dt": C.positive(), "stage4.kde_variance": C.positive(),
+    "stage4.kde_scale": C.positive(), "stage4.initial_form": C.one_of("log", "paper"),
+    "emt.stage1_passes": C.at_least(0), "emt.stage2_passes": C.at_least(0),
+    "loop.log_every": C.at_least(1), "loop.checkpoint_every": C.at_least(1),
+}
+
+
 def get_config(preset: str = "smoke"):
   """Returns the ConfigDict of ``preset`` (``smoke`` | ``cpu`` | ``full``)."""
-  return make_config(preset, _BASE, _OVERRIDES)
+  return make_config(preset, _BASE, _OVERRIDES, constraints=CONSTRAINTS)
