@@ -54,7 +54,9 @@ def _maybe_kill_after_checkpoint() -> None:
 
 class TrainResult(NamedTuple):
   state: PyTree                      # final train state (replicated on the mesh)
-  history: list[dict[str, float]]    # one row per step run in this call: {"step", metrics...}
+  history: list[dict[str, float]]    # one row per call from the start of training: {"step",
+  #                                    metrics...}; a resumed run's earlier rows come from
+  #                                    workdir/metrics.jsonl (on process 0)
   resumed_from: int | None           # checkpoint step this call started from, if any
 
 
@@ -170,7 +172,11 @@ def run(
       out_shardings=(replicated, replicated),
       donate_argnums=(0,))
 
-  history: list[dict[str, float]] = []
+  # A resumed run's history starts with the rows the interrupted runs wrote (the file is
+  # cut back to the checkpoint by the writer), so results built from it do not depend on
+  # whether the run was interrupted.
+  history: list[dict[str, float]] = (
+      writers.read_jsonl(writer.path) if writer is not None and resumed_from else [])
   pending: list[tuple[int, dict[str, jax.Array]]] = []
   last_saved = start
   interval_start, interval_steps = time.perf_counter(), 0

@@ -93,6 +93,19 @@ def trajectories_figure(task: str, fsbm, base, *, with_w2: bool = True):
   return fig
 
 
+def run_figure(task: str, run):
+  """One run's forward paths (a crowd task's plane, or opinions on their top-2 principal
+  axes), with the feedback keypoints; ``run`` a ``train.RunResult`` (the launcher's figure)."""
+  fig, ax = figures.new_figure(size=(5.0, 5.0))
+  ev = run.evaluation
+  title = f"{task}, tau = {run.tau:g}: W2 {ev.w2:.2f}"
+  if task == "opinion":
+    plot_opinion_pca(ax, ev.paths, title=title)
+  else:
+    plot_trajectories(ax, task, ev.paths, run.feedback_keypoints, title=title)
+  return fig
+
+
 def collision_history_figure(runs, names):
   """The forward model's collision rate after each alternation, one line per run."""
   fig, ax = figures.new_figure(size=(5.0, 3.0))

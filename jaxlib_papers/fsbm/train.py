@@ -17,9 +17,11 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from jaxlib_papers.core import config as config_lib
 from jaxlib_papers.core import results, stages
 from jaxlib_papers.fsbm import kernel as kernel_lib
 from jaxlib_papers.fsbm import opinion, tasks
+from jaxlib_papers.fsbm.configs import default as default_config
 
 CROWD_TASKS = ("stunnel", "vneck")
 
@@ -386,6 +388,7 @@ def run(config, workdir: str | pathlib.Path | None = None, *,
     A :class:`Result`, also written to ``workdir/results.json``.
   """
   opts = RunOptions(**options)
+  config_lib.validate(config, default_config.CONSTRAINTS)
   run_set = run_settings(config)
   pairs = _check_runs(run_set, taus, obstacle_weights, opts.errors)
   built = build(run_set)

@@ -94,13 +94,37 @@ OVERRIDES = {
 }
 
 
+C = config_lib
+# What every key allows, checked when a config is built and again by ``train.run`` and the
+# launcher (after command-line overrides), before anything compiles.
+CONSTRAINTS = {
+    "seed": C.at_least(0),
+    "task": C.one_of("stunnel", "vneck", "opinion", "latents"), "dim": C.at_least(1),
+    "sigma": C.positive(), "tau": C.non_negative(), "keypoints_path": C.existing_file(),
+    "num_keypoints": C.at_least(2), "num_feedback": C.at_least(-1),
+    "gsbm_obstacle_weight": C.non_negative(), "batch_size": C.at_least(1),
+    **{f"csoc.{k}": C.at_least(2) for k in ("T_mean", "T_gamma", "S")},
+    "csoc.N": C.at_least(1), "csoc.lr_mean": C.positive(), "csoc.lr_gamma": C.positive(),
+    "csoc.num_iters": C.at_least(0), "csoc.mB": C.at_least(1),
+    "csoc.momentum": C.in_range(0.0, 1.0, high_open=True), "csoc.safe_ratio": C.non_negative(),
+    "match.steps": C.at_least(1), "match.batch_size": C.at_least(1), "match.lr": C.positive(),
+    "match.weight_decay": C.non_negative(),
+    "match.ema_decay": C.in_range(0.0, 1.0, high_open=True),
+    "model.hidden": C.at_least(1), "num_sim_steps": C.at_least(2),
+    "latents.source_path": C.existing_file(), "latents.target_path": C.existing_file(),
+    "eval.num_samples": C.at_least(2),
+    "loop.num_steps": C.at_least(1), "loop.log_every": C.at_least(1),
+    "loop.checkpoint_every": C.at_least(1),
+}
+
+
 def get_config(preset: str = "smoke"):
   """Config of ``preset`` (S-tunnel), or ``"<task>,<preset>"`` for another task
   with its official settings (``--config=.../default.py:opinion,cpu``)."""
   if "," in preset:
     task, preset = (part.strip() for part in preset.split(",", 1))
     return task_config(task, preset)
-  return config_lib.make_config(preset, BASE, OVERRIDES)
+  return config_lib.make_config(preset, BASE, OVERRIDES, constraints=CONSTRAINTS)
 
 
 def task_config(task: str, preset: str = "smoke", **overrides):
@@ -117,4 +141,4 @@ def task_config(task: str, preset: str = "smoke", **overrides):
     config.task = task
     config_lib.apply_overrides(config, {**TASK_DEFAULTS.get(task, {}),
                                         **TASK_PRESETS.get((task, preset), {}), **overrides})
-  return config
+  return C.validate(config, CONSTRAINTS)
