@@ -23,6 +23,7 @@ from jaxlib_papers.core import config as config_lib
 from jaxlib_papers.core import results, timing
 from jaxlib_papers.core.precision import enable_x64
 from jaxlib_papers.linear_rl import envs, kernel
+from jaxlib_papers.linear_rl.configs import default as default_config
 
 EXPERIMENTS = ("deep_sea", "linear_system", "lqr")
 
@@ -301,6 +302,7 @@ def run(config, workdir: str | pathlib.Path | None = None) -> RunResult:
   Returns:
     A :class:`RunResult`.
   """
+  config_lib.validate(config, default_config.CONSTRAINTS)
   settings = settings_from_config(config)
   agents: dict[str, AgentResult] = {}
   with enable_x64():

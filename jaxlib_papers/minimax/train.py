@@ -19,10 +19,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlib_papers.core import config as config_lib
 from jaxlib_papers.core import results, timing
 from jaxlib_papers.core.precision import enable_x64
 from jaxlib_papers.minimax import data as data_lib
 from jaxlib_papers.minimax import kernel, problems
+from jaxlib_papers.minimax.configs import default as default_config
 
 
 def build_problem(config) -> tuple[problems.MinimaxProblem, str]:
@@ -279,6 +281,7 @@ def run(config, workdir: str | pathlib.Path | None = None, *, verbose: bool = Tr
   Raises:
     ValueError: a bad config value (before anything is solved).
   """
+  config_lib.validate(config, default_config.CONSTRAINTS)
   settings = settings_from_config(config)
   with enable_x64():
     problem, source = build_problem(config)

@@ -104,13 +104,23 @@ def load_csv(path: str | pathlib.Path, *, expected_times: Sequence[float] | None
 
   Raises:
     FileNotFoundError: ``path`` does not exist.
-    ValueError: a bad header, a non-numeric or empty cell (the message names the line and
-      column), a NaN/Inf value, a missing expected time, or fewer than 2 times.
+    ValueError: not UTF-8 text (a binary file), a bad header, a non-numeric or empty cell
+      (the message names the line and column), a NaN/Inf value, a missing expected time,
+      or fewer than 2 times.
   """
   path = pathlib.Path(path)
   if not path.is_file():
     raise FileNotFoundError(f"CSV file not found: {path}")
-  with path.open(newline="") as handle:
+  try:
+    return _read_csv(path, expected_times)
+  except UnicodeDecodeError as error:
+    raise ValueError(f"{path}: not a UTF-8 text CSV (byte {error.start} is "
+                     f"{error.object[error.start:error.start + 1]!r}); expected the "
+                     "'samples,x1,...,xd' format with a header row") from None
+
+
+def _read_csv(path: pathlib.Path, expected_times: Sequence[float] | None) -> Snapshots:
+  with path.open(newline="", encoding="utf-8") as handle:
     reader = csv.reader(handle)
     try:
       header = [h.strip() for h in next(reader)]

@@ -1,0 +1,70 @@
+"""Bad input, as a user gives it: every row of the README's table fails before anything
+trains, with the key (or file) named and what is allowed, and nothing on disk changes.
+
+Each row builds the package's ``smoke`` config, sets one bad value (as
+``--config.<key>=<value>`` would) and calls ``train.run`` with a workdir that already
+holds a results file and a checkpoint folder of an earlier run: both must stay untouched.
+"""
+
+import importlib
+import pathlib
+
+import pytest
+
+# (package, config spec, key, bad value, words the error must contain)
+ROWS = [
+    ("ruot", "smoke", "stage1.lr", -1e-3, "config.stage1.lr = -0.001: expected a number > 0"),
+    ("ruot", "smoke", "stage3.steps", -5, "config.stage3.steps = -5: expected an integer >= 0"),
+    ("ocm", "smoke", "dsm.lr", -1e-3, "config.dsm.lr = -0.001: expected a number > 0"),
+    ("cca", "smoke", "pretrain.lr", -2e-3, "config.pretrain.lr = -0.002: expected a number > 0"),
+    ("cp_fuse", "smoke", "train.lr", -3e-3, "config.train.lr = -0.003: expected a number > 0"),
+    ("minimax", "smoke", "solve.reg_factor", -1.0,
+     "config.solve.reg_factor = -1.0: expected a number > 0"),
+    ("aerca", "smoke", "optim.max_epochs", 0,
+     "config.optim.max_epochs = 0: expected an integer >= 1"),
+    ("fsbm", "smoke", "batch_size", 0, "config.batch_size = 0: expected an integer >= 1"),
+    ("fsbm", "smoke", "match.ema_decay", 1.5,
+     "config.match.ema_decay = 1.5: expected a number in [0.0, 1.0)"),
+    ("identifiability", "smoke", "optim.learning_rate", -1.0,
+     "config.optim.learning_rate = -1.0: expected a number > 0"),
+    ("identifiability", "smoke", "dgp.kappas", (10.0, -1.0),
+     "config.dgp.kappas = (10.0, -1.0): expected a non-empty list of a number > 0"),
+    ("linear_rl", "smoke", "run.num_seeds", 0, "config.run.num_seeds = 0: expected an integer >= 1"),
+    ("ruot", "smoke", "data.path", "/no/such/cells.csv",
+     "config.data.path = '/no/such/cells.csv': expected an existing file"),
+]
+
+
+def _earlier_run(workdir: pathlib.Path) -> dict[pathlib.Path, bytes]:
+  (workdir / "stage1" / "checkpoints" / "7").mkdir(parents=True)
+  (workdir / "stage1" / "checkpoints" / "7" / "state").write_bytes(b"an earlier checkpoint")
+  (workdir / "results.json").write_text('{"from": "an earlier run"}')
+  return {p: p.read_bytes() for p in workdir.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("package,spec,key,value,message", ROWS,
+                         ids=[f"{r[0]}-{r[2]}" for r in ROWS])
+def test_bad_value_fails_before_training_naming_the_key(package, spec, key, value, message,
+                                                        tmp_path):
+  default = importlib.import_module(f"jaxlib_papers.{package}.configs.default")
+  train = importlib.import_module(f"jaxlib_papers.{package}.train")
+  config = default.get_config(spec)
+  node = config
+  *groups, leaf = key.split(".")
+  for group in groups:
+    node = node[group]
+  node[leaf] = value
+  before = _earlier_run(tmp_path)
+  with pytest.raises(ValueError) as info:
+    train.run(config, tmp_path)
+  assert message in str(info.value), str(info.value)
+  after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+  assert after == before
+
+
+def test_a_binary_file_given_as_the_ruot_csv_names_the_file(tmp_path):
+  from jaxlib_papers.ruot import data  # pylint: disable=g-import-not-at-top
+  path = tmp_path / "cells.csv"
+  path.write_bytes(b"samples,x1\n0,\xff\xfe\x00\x01\n")
+  with pytest.raises(ValueError, match=r"cells.csv: not a UTF-8 text CSV"):
+    data.load_csv(path)
