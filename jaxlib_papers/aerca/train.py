@@ -276,6 +276,19 @@ def _training(state: K.TrainState, trained: stages.StagesResult, variant: str,
                   history)
 
 
+def with_data_shape(config: ml_collections.ConfigDict, dataset: data_lib.Dataset
+                    ) -> ml_collections.ConfigDict:
+  """A copy of ``config`` whose ``data.num_vars`` is the user's data set's p (inferred from
+  ``dataset.normal: [n, T, p]``, so a user's data needs no hand-set size)."""
+  shape = np.shape(dataset.normal)
+  if len(shape) != 3:
+    raise ValueError(f"dataset.normal must be [n, T, p] series; got shape {shape}")
+  config = config.copy_and_resolve_references()
+  with config.unlocked():
+    config.data.num_vars = int(shape[-1])
+  return config
+
+
 def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = None,
         *, dataset: data_lib.Dataset | None = None) -> Result:
   """Trains AERCA (and the configured variants), evaluates them and the baselines.
@@ -284,7 +297,8 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
     config: from ``configs/default.py``.
     workdir: folder for per-variant checkpoints, metrics and ``results.json`` (None:
       in memory).
-    dataset: series to use instead of generating ``config.dataset``.
+    dataset: series to use instead of generating ``config.dataset``; ``data.num_vars``
+      is taken from its shape.
 
   Returns:
     A :class:`Result` (``results.json`` in ``workdir`` holds its written fields).
@@ -293,6 +307,8 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
     ValueError: a bad setting (before any data is generated or anything trains).
   """
   config_lib.validate(config, default_config.CONSTRAINTS)
+  if dataset is not None:
+    config = with_data_shape(config, dataset)
   settings = _check(config)
   start = time.perf_counter()
   parts = _load(config, dataset)

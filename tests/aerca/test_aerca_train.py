@@ -55,3 +55,11 @@ def test_summarize_seeds_is_the_mean_and_std_over_seeds():
   assert out["avg"] == [0.5, 0.5] and out["avg_std"] == [0.5, 0.25]
   np.testing.assert_allclose([out["auroc"], out["auroc_std"]], [0.8, 0.1])
   assert out["ac_star"] == {1: 0.75} and "auprc" not in out and out["per_seed"] is rows
+
+
+def test_a_users_data_set_sets_num_vars_from_its_shape():
+  config = dataset_config("linear", "smoke")
+  mine = train.with_data_shape(config, _dataset(6, p=7))
+  assert mine.data.num_vars == 7 and config.data.num_vars == 4   # the input is not changed
+  with pytest.raises(ValueError, match=r"dataset.normal must be \[n, T, p\]"):
+    train.with_data_shape(config, _dataset(6)._replace(normal=np.zeros((6, 12))))
