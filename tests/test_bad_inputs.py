@@ -29,7 +29,8 @@ ROWS = [
      "config.optim.learning_rate = -1.0: expected a number > 0"),
     ("identifiability", "smoke", "dgp.kappas", (10.0, -1.0),
      "config.dgp.kappas = (10.0, -1.0): expected a non-empty list of a number > 0"),
-    ("linear_rl", "smoke", "run.num_seeds", 0, "config.run.num_seeds = 0: expected an integer >= 1"),
+    ("linear_rl", "smoke", "run.num_seeds", 0,
+     "config.run.num_seeds = 0: expected an integer >= 1"),
     ("ruot", "smoke", "data.path", "/no/such/cells.csv",
      "config.data.path = '/no/such/cells.csv': expected an existing file"),
 ]
