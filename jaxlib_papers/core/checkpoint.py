@@ -58,7 +58,20 @@ class Checkpointer:
         self.directory, options=options, item_names=("state", "record"))
 
   def latest_step(self) -> int | None:
-    return self._manager.latest_step()
+    """The latest step whose checkpoint holds both items (state and record).
+
+    A step folder without them (emptied or half-copied by hand; orbax's own interrupted
+    saves are never listed) is skipped, left on disk as it is, and named on one line, so
+    a resume falls back to the previous complete checkpoint instead of failing on it.
+    """
+    for step in sorted(self._manager.all_steps(), reverse=True):
+      folder = self.directory / str(step)
+      missing = [item for item in ("state", "record") if not (folder / item).exists()]
+      if not missing:
+        return step
+      print(f"[checkpoint] skipping {folder}: incomplete (no {' or '.join(missing)}); it "
+            "is left on disk", flush=True)
+    return None
 
   def all_steps(self) -> list[int]:
     return list(self._manager.all_steps())

@@ -206,3 +206,15 @@ def test_stage_config_keeps_only_the_stage_groups_and_sets_its_loop():
           == config_lib.fingerprint(config_lib.stage_config(config, "dsm", groups=("model",))))
   with pytest.raises(KeyError, match="no group"):
     config_lib.stage_config(config, "x", groups=("nope",))
+
+
+def test_an_incomplete_step_folder_is_skipped_and_left_on_disk(tmp_path, capsys):
+  kernel = make_kernel()
+  config = make_config(num_steps=8, checkpoint_every=4)
+  train_loop.run(kernel, make_data(), config, tmp_path)
+  empty = tmp_path / "checkpoints" / "16"   # a step folder emptied (or half-copied) by hand
+  empty.mkdir()
+  longer = train_loop.run(kernel, make_data(), make_config(num_steps=12, checkpoint_every=4),
+                          tmp_path)
+  assert longer.resumed_from == 8
+  assert "skipping" in capsys.readouterr().out and empty.exists()
