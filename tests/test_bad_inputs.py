@@ -69,3 +69,16 @@ def test_a_binary_file_given_as_the_ruot_csv_names_the_file(tmp_path):
   path.write_bytes(b"samples,x1\n0,\xff\xfe\x00\x01\n")
   with pytest.raises(ValueError, match=r"cells.csv: not a UTF-8 text CSV"):
     data.load_csv(path)
+
+
+def test_fsbm_keypoints_with_a_nan_name_the_file_and_the_position(tmp_path):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  from jaxlib_papers.fsbm import tasks  # pylint: disable=g-import-not-at-top
+  keypoints = np.zeros((4, 5, 2), np.float32)
+  keypoints[2, 3, 1] = np.nan
+  path = tmp_path / "kp.npy"
+  np.save(path, keypoints)
+  with pytest.raises(ValueError, match=r"kp.npy': 1 NaN/Inf value\(s\), the first at "
+                                       r"keypoint 2, time 3, dimension 1"):
+    tasks.load_keypoints(path)

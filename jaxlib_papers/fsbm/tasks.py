@@ -168,7 +168,14 @@ def load_keypoints(path: str | pathlib.Path) -> np.ndarray:
     arr = arr[arr.files[0]]
   arr = np.asarray(arr)
   if arr.ndim != 3:
-    raise ValueError(f"keypoints_path must hold a [K, S, D] array, got {arr.shape}")
+    raise ValueError(f"keypoints_path {str(path)!r} must hold a [K, S, D] array, got "
+                     f"{arr.shape}")
+  bad = np.argwhere(~np.isfinite(arr))
+  if bad.size:
+    k, s, d = (int(i) for i in bad[0])
+    raise ValueError(f"keypoints_path {str(path)!r}: {len(bad)} NaN/Inf value(s), the first "
+                     f"at keypoint {k}, time {s}, dimension {d} ({arr[k, s, d]}); the "
+                     "feedback term needs finite keypoints")
   return arr.astype(np.float32)
 
 
