@@ -13,17 +13,13 @@ restricts both reports to some checks (a subset run against a whole-job report).
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import pathlib
 import re
 import sys
 from collections.abc import Sequence
-
-from absl import app, flags
-
-_RTOL = flags.DEFINE_float("rtol", 0.0, "Relative tolerance of a number (0: exact text).")
-_ONLY = flags.DEFINE_list("only", [], "Compare only these checks (default: all).")
 
 _NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|nan|inf")
 
@@ -69,18 +65,27 @@ def compare(before: Sequence[dict], after: Sequence[dict], *, rtol: float = 0.0,
   return lines
 
 
-def main(argv: Sequence[str]) -> None:
-  if len(argv) != 3:
-    raise app.UsageError("usage: python -m launch.compare_reports BEFORE.json AFTER.json")
-  before, after = (json.loads(pathlib.Path(p).read_text()) for p in argv[1:])
-  lines = compare(before, after, rtol=_RTOL.value, only=_ONLY.value)
+def main(argv: Sequence[str] | None = None) -> int:
+  # argparse, not absl flags: this module is imported beside launch.reproduce (tests),
+  # whose --only would clash with ours in absl's one global flag registry.
+  parser = argparse.ArgumentParser(prog="python -m launch.compare_reports",
+                                   description=__doc__.split("\n\n")[0])
+  parser.add_argument("before", type=pathlib.Path)
+  parser.add_argument("after", type=pathlib.Path)
+  parser.add_argument("--rtol", type=float, default=0.0,
+                      help="relative tolerance of a number (0: exact text)")
+  parser.add_argument("--only", type=lambda s: [x for x in s.split(",") if x], default=[],
+                      help="compare only these checks, comma-separated (default: all)")
+  args = parser.parse_args(argv)
+  before, after = (json.loads(p.read_text()) for p in (args.before, args.after))
+  lines = compare(before, after, rtol=args.rtol, only=args.only)
   print("\n".join(lines))
-  count = lambda rows: len([r for r in rows if not _ONLY.value
-                            or r["check"].split("/")[0] in _ONLY.value])
+  count = lambda rows: len([r for r in rows if not args.only
+                            or r["check"].split("/")[0] in args.only])
   print(f"[compare] {len(lines)} difference(s) over {count(before)} / {count(after)} "
-        f"claims (rtol {_RTOL.value:g})")
-  sys.exit(1 if lines else 0)
+        f"claims (rtol {args.rtol:g})")
+  return 1 if lines else 0
 
 
 if __name__ == "__main__":
-  app.run(main)
+  sys.exit(main())

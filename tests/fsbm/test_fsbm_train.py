@@ -23,7 +23,12 @@ def test_config_presets_and_errors():
   assert (op.task, op.dim, op.sigma, op.csoc.lr_mean) == ("opinion", 100, 0.5, 0.03)
   with pytest.raises(ValueError, match="preset"):
     default.get_config("opinion,huge")
-  cfg = default.task_config("stunnel", keypoints_path="/nonexistent/kp.npy")
+  # A missing keypoints file: refused when the config is built (its constraint), and by
+  # build() for a config changed after that.
+  with pytest.raises(ValueError, match="config.keypoints_path = '/nonexistent/kp.npy'"):
+    default.task_config("stunnel", keypoints_path="/nonexistent/kp.npy")
+  cfg = default.task_config("stunnel")
+  cfg.keypoints_path = "/nonexistent/kp.npy"
   with pytest.raises(ValueError, match="keypoints_path"):
     train.build(cfg)
 

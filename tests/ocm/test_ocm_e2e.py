@@ -38,7 +38,10 @@ def test_smoke_ocm_beats_fixed_beta_on_nelbo(tmp_path):
   # Rerun in the same workdir: both stages resume from their last checkpoint.
   again = train.run(config, tmp_path, evaluate_methods=False,
                     mesh=distributed.make_mesh(devices=jax.devices()[:1]))
-  assert again.dsm_history == [] and again.head_history == []
+  # Nothing trained again, and the histories are the whole run's (read back from the
+  # metrics files), so the results do not depend on the interruption.
+  assert again.dsm_history == result.dsm_history
+  assert again.head_history == result.head_history
   for a, b in zip(jax.tree.leaves(again.head_params), jax.tree.leaves(result.head_params)):
     np.testing.assert_array_equal(a, b)
 

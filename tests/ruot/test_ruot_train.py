@@ -118,12 +118,14 @@ def test_config_errors():
 
 
 @pytest.mark.parametrize("key, value, message", [
-    ("stage3.steps", -5, r"config\.stage3\.steps must be >= 0"),
+    # Out-of-range values: the config's constraints; inconsistent lengths: the stage checks.
+    ("stage3.steps", -5, r"config\.stage3\.steps = -5: expected an integer >= 0"),
     ("stage3.steps", 150, r"config\.stage3\.steps \(150\) must be a multiple of "
                           r"config\.stage3\.steps_per_call \(100\)"),
     ("stage1.passes", 30, r"config\.stage1\.passes \(30\) must be a multiple"),
-    ("stage4.passes_per_step", 0, r"config\.stage4\.passes_per_step must be >= 1"),
-    ("num_seeds", 0, r"config\.num_seeds must be >= 1"),
+    ("stage4.passes_per_step", 0,
+     r"config\.stage4\.passes_per_step = 0: expected an integer >= 1"),
+    ("num_seeds", 0, r"config\.num_seeds = 0: expected an integer >= 1"),
 ])
 def test_bad_stage_lengths_name_their_key(key, value, message):
   config = get_config("smoke")

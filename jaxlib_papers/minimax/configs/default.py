@@ -59,7 +59,7 @@ _OVERRIDES = {
 # command-line overrides), before anything is solved.
 CONSTRAINTS = {
     "seed": C.at_least(0),
-    "problem.kind": C.one_of("cubic_bilinear", "fairness"), "problem.n": C.at_least(1),
+    "problem.kind": C.one_of("cubic_bilinear", "fairness"), "problem.n": C.at_least(0),
     "problem.data_file": C.existing_file(), "problem.lam": C.non_negative(),
     "problem.gamma": C.non_negative(), "problem.beta": C.non_negative(),
     "problem.rho": C.positive(),
