@@ -405,7 +405,7 @@ def profile(ours: Ours, official: Official | None, args) -> None:
     return vjp((2.0 * x1, jnp.ones_like(log_w1)))[0]
 
   # The kernel's own interval layout: grids of dt, targets padded to the largest snapshot.
-  grids, targets, masks, _ = K.padded_intervals(ours.times, ours.xs, dt)
+  grids, targets, masks, _ = L.padded_intervals(ours.times, ours.xs, dt)
   x0 = ours.xs[0]
   log_w0 = jnp.full((x0.shape[0],), -np.log(x0.shape[0]), jnp.float32)
   for n in ours.seed_counts:

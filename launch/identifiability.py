@@ -4,6 +4,8 @@ r"""Trains CE encoders on the vMF mixture (or sprites) and evaluates identifiabi
   python -m launch.identifiability --config=identifiability:cpu \
       --config.objective.kind=diet --config.objective.normalize_head="(False,True)"
   python -m launch.identifiability --config=identifiability:sprites,cpu --workdir=runs/sprites
+  python -m launch.identifiability --config=identifiability:cpu \
+      --config.data.path=mine.npz --workdir=runs/mine   # your x [N, p], y [N] (, z [N, d])
 
 ``--config`` also takes the config file's path (``jaxlib_papers/identifiability/configs/
 default.py:cpu``), from any folder.
@@ -28,6 +30,11 @@ def main(argv):
     for name, r in result.r.items():
       print(f"{name:>9}: " + ", ".join(
           f"{f} r={v:.3f}" for f, v in zip(result.factors, r.mean(0))))
+    return
+  if isinstance(result, train.DatasetResult):
+    print(f"data set: {result.shapes}")
+    for name, value in result.summary[0].items():
+      print(f"  {name}: {value:.4g}")
     return
   for e in result.summary:
     print(f"kappa={e['kappa']:g} normalize_head={e['normalize_head']}: "

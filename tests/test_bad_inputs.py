@@ -33,6 +33,10 @@ ROWS = [
      "config.run.num_seeds = 0: expected an integer >= 1"),
     ("ruot", "smoke", "data.path", "/no/such/cells.csv",
      "config.data.path = '/no/such/cells.csv': expected an existing file"),
+    ("ocm", "smoke", "data.path", "/no/such/points.npy",
+     "config.data.path = '/no/such/points.npy': expected an existing file (or empty)"),
+    ("identifiability", "smoke", "data.path", "/no/such/mine.npz",
+     "config.data.path = '/no/such/mine.npz': expected an existing file (or empty)"),
 ]
 
 
@@ -82,3 +86,19 @@ def test_fsbm_keypoints_with_a_nan_name_the_file_and_the_position(tmp_path):
   with pytest.raises(ValueError, match=r"kp.npy': 1 NaN/Inf value\(s\), the first at "
                                        r"keypoint 2, time 3, dimension 1"):
     tasks.load_keypoints(path)
+
+
+def test_ocm_user_samples_name_the_file_and_the_fault(tmp_path):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  from jaxlib_papers.ocm import data  # pylint: disable=g-import-not-at-top
+  points = np.zeros((10, 3), np.float32)
+  points[4, 2] = np.inf
+  np.save(tmp_path / "points.npy", points)
+  with pytest.raises(ValueError, match=r"points.npy: the sample at index \(4, 2\) is inf"):
+    data.load_samples(tmp_path / "points.npy")
+  np.save(tmp_path / "pixels.npy", np.full((8, 4, 4, 1), 255.0))
+  with pytest.raises(ValueError, match=r"pixels.npy: images must be scaled to \[-1, 1\]"):
+    data.load_samples(tmp_path / "pixels.npy")
+  with pytest.raises(ValueError, match=r"expected \[N, D\] vectors or \[N, H, W, C\]"):
+    data.check_samples(np.zeros((10, 2, 2)))

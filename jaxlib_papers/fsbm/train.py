@@ -9,6 +9,7 @@ checkpointed and resumable after each one, in ``workdir/<run label>``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pathlib
 from typing import Any, NamedTuple
 
@@ -177,6 +178,7 @@ class Built(NamedTuple):
   feedback: np.ndarray           # [K_fb, S, D] keypoints used as feedback
   held_out: np.ndarray           # [K_ho, S, D]
   source: str                    # where the keypoints come from
+  sampler: Any                   # (state, x0 [n, D], key) -> [nfe + 1, n, D], jitted
 
 
 def build(settings) -> Built:
@@ -191,14 +193,10 @@ def build(settings) -> Built:
       base_drift=reference_drift(run), collision_fn=tasks.collision_fn(run.task),
       state_cost=(lambda x: tasks.obstacle_cost(run.task, x)) if obstacles else None,
       tau=run.tau, state_weight=run.obstacle_weight)
+  data = make_data(run)
   kern = kernel_lib.make_kernel(run.fsbm, fb, task)
-  return Built(kern, make_data(run), fb, held, source)
-
-
-def forward_sampler(kern):
-  """``sample(state, x0 [n, D], key) -> [nfe + 1, n, D]``: the forward EMA model's paths,
-  jitted (build it once per kernel and pass it to :func:`evaluate` to compile it once)."""
-  return jax.jit(lambda s, x, k: kern.simulate(s, x, k, 1.0))
+  sampler = jax.jit(functools.partial(kern.simulate, sign=1.0))
+  return Built(kern, data, fb, held, source, sampler)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,18 +225,17 @@ def _eval_pairs(run: RunSettings, n: int, seed_offset: int):
   return np.concatenate(x0)[:n], np.concatenate(x1)[:n]
 
 
-def evaluate(kern, state, settings, *, num_samples: int | None = None,
-             seed_offset: int = 10_000, sampler=None) -> Evaluation:
+def evaluate(sampler, state, settings, *, num_samples: int | None = None,
+             seed_offset: int = 10_000) -> Evaluation:
   """Samples the forward EMA model and scores it (:class:`Evaluation`).
 
-  ``settings``: RunSettings or a config; ``sampler``: :func:`forward_sampler` of ``kern``
-  (default: a new one, compiled here).
+  ``sampler``: the forward EMA model's jitted sampler (``Built.sampler``); ``settings``:
+  RunSettings or a config.
   """
   from jaxlib_papers.core import metrics  # pylint: disable=g-import-not-at-top
   run = _as_run(settings)
   x0, x1 = _eval_pairs(run, int(num_samples or run.eval_samples), seed_offset)
-  sim = forward_sampler(kern) if sampler is None else sampler
-  path = np.asarray(sim(state, jnp.asarray(x0), jax.random.key(run.seed + seed_offset)))
+  path = np.asarray(sampler(state, jnp.asarray(x0), jax.random.key(run.seed + seed_offset)))
   out: dict[str, Any] = {}
   if run.task in CROWD_TASKS:
     out["collision_rate"] = tasks.collision_rate(run.task, path)
@@ -392,7 +389,6 @@ def run(config, workdir: str | pathlib.Path | None = None, *,
   run_set = run_settings(config)
   pairs = _check_runs(run_set, taus, obstacle_weights, opts.errors)
   built = build(run_set)
-  sampler = forward_sampler(built.kernel)  # one compiled sampler for every evaluation
   common = dict(keypoints_source=built.source, feedback_keypoints=built.feedback,
                 held_out_keypoints=built.held_out, kernel=built.kernel)
   runs = []
@@ -406,7 +402,7 @@ def run(config, workdir: str | pathlib.Path | None = None, *,
       runs.append(RunResult(tau, weight, built.source, error=str(e)))
       continue
     state = out.states[label]
-    evaluation = (evaluate(built.kernel, state, run_set, sampler=sampler)
+    evaluation = (evaluate(built.sampler, state, run_set)
                   if opts.evaluate_model else None)
     runs.append(RunResult(tau, weight, history=_history(out, label, workdir),
                           evaluation=evaluation, seconds=out.seconds[label], state=state,

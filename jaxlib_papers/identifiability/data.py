@@ -201,6 +201,84 @@ def sample_batch(key: jax.Array, problem: Problem, kappa: jax.Array, batch_size:
 
 
 # ---------------------------------------------------------------------------------------
+# A user's data set: the trainer infers every shape from it (``train.run(config, dataset=)``).
+
+
+class Dataset(NamedTuple):
+  """Labelled samples of the user's own (``x``, ``y``[, ``z``]).
+
+  ``z`` is optional: with it, the result reports the paper's linear-identifiability R^2 of
+  ``z`` from the learned features; without it, only the classifier's scores.
+  """
+  x: np.ndarray                 # [N, p] float32, observations
+  y: np.ndarray                 # [N] int32, labels in [0, K)
+  z: np.ndarray | None = None   # [N, d] float32, latents (if known)
+
+
+def _finite_matrix(name: str, a, source: str) -> np.ndarray:
+  a = np.asarray(a)
+  if a.ndim != 2 or a.shape[0] < 1 or a.shape[1] < 1:
+    raise ValueError(f"{source}: {name} must be a 2-D array [N, features]; got shape "
+                     f"{a.shape}")
+  if not np.issubdtype(a.dtype, np.number) or np.issubdtype(a.dtype, np.complexfloating):
+    raise ValueError(f"{source}: {name} must be real numbers; got dtype {a.dtype}")
+  bad = np.argwhere(~np.isfinite(a))
+  if bad.size:
+    row, col = (int(i) for i in bad[0])
+    raise ValueError(f"{source}: {name}[{row}, {col}] is {a[row, col]} ({len(bad)} "
+                     "non-finite entries); drop or impute those samples")
+  return a.astype(np.float32)
+
+
+def as_dataset(x, y, z=None, *, source: str = "dataset") -> Dataset:
+  """A checked :class:`Dataset`; a ValueError naming ``source``, the array and the fix."""
+  x = _finite_matrix("x", x, source)
+  y = np.asarray(y)
+  if y.ndim != 1 or y.shape[0] != x.shape[0]:
+    raise ValueError(f"{source}: y must be a 1-D array with one label per row of x "
+                     f"({x.shape[0]}); got shape {y.shape}")
+  if not np.issubdtype(y.dtype, np.number) or np.any(np.asarray(y, float) % 1 != 0):
+    raise ValueError(f"{source}: y must hold integer class labels; got dtype {y.dtype}")
+  if y.min() < 0:
+    raise ValueError(f"{source}: y must be >= 0 (labels 0..K-1); y[{int(np.argmin(y))}] = "
+                     f"{int(y.min())}")
+  if z is not None:
+    z = _finite_matrix("z", z, source)
+    if z.shape[0] != x.shape[0]:
+      raise ValueError(f"{source}: z must have one row per row of x ({x.shape[0]}); got "
+                       f"{z.shape[0]}")
+  return Dataset(x, y.astype(np.int32), z)
+
+
+def load_dataset(path) -> Dataset:
+  """A :class:`Dataset` from an ``.npz`` file with arrays ``x``, ``y`` and optionally ``z``."""
+  try:
+    with np.load(path, allow_pickle=False) as f:
+      arrays = {k: f[k] for k in f.files}
+  except (OSError, ValueError) as e:
+    raise ValueError(f"{path}: not a readable .npz file with arrays x, y[, z] ({e})") from e
+  missing = [k for k in ("x", "y") if k not in arrays]
+  if missing:
+    raise ValueError(f"{path}: missing array(s) {missing}; the file must hold x [N, p] and "
+                     f"y [N] (and optionally z [N, d]); it has {sorted(arrays)}")
+  return as_dataset(arrays["x"], arrays["y"], arrays.get("z"), source=str(path))
+
+
+def dataset_batches(x: np.ndarray, labels: np.ndarray, batch_size: int, steps: int,
+                    seed: int):
+  """``data(call) -> {"x": [B, k, p], "y": [B, k]}``: ``k = steps`` minibatches drawn with
+  replacement, deterministic in ``call`` (a resumed run sees the same batches). The batch
+  axis leads, so the loop shards it over devices; the kernel scans the step axis."""
+
+  def data(call: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng([seed, call])
+    idx = rng.integers(0, x.shape[0], (batch_size, steps))
+    return {"x": x[idx], "y": labels[idx]}
+
+  return data
+
+
+# ---------------------------------------------------------------------------------------
 # Sprites: a stand-in for dSprites rendered in code (no download).
 
 SPRITE_SHAPES = ("square", "ellipse", "triangle")

@@ -58,6 +58,7 @@ class Settings(NamedTuple):
   num_proposals: int = 12         # Wood proposals per vMF sample
   mixing_layers: int = 4
   mixing_candidates: int = 2048
+  input_dim: int = 0              # p, the observations' dimension (0: d, as x = g(z))
 
   @property
   def num_labels(self) -> int:
@@ -173,21 +174,29 @@ def cross_entropy(params: Any, batch_stats: Any, x: jax.Array, y: jax.Array,
   return loss, (updates.get("batch_stats", {}), features)
 
 
-def init_run(settings: Settings, key: jax.Array, kappa: jax.Array,
-             normalize_head: jax.Array) -> TrainState:
-  """One run's state (no run axis): its problem, encoder, head and data key from ``key``."""
+def init_params(settings: Settings, k_model: jax.Array, k_head: jax.Array
+                ) -> tuple[Any, Any]:
+  """One run's ``(params, batch_stats)``: encoder, head ``[K, d]`` uniform in +-1/sqrt(d)."""
   d = settings.dim
-  k_problem, k_model, k_head, k_data = jax.random.split(key, 4)
-  problem = data_lib.make_problem(k_problem, d, settings.num_classes,
-                                  mixing_layers=settings.mixing_layers,
-                                  mixing_candidates=settings.mixing_candidates)
-  variables = encoder(settings).init(k_model, jnp.zeros((2, d)), train=False)
+  variables = encoder(settings).init(k_model, jnp.zeros((2, settings.input_dim or d)),
+                                     train=False)
   bound = 1.0 / np.sqrt(d)
   params = {"encoder": variables["params"],
             "head": prng.uniform(k_head, (settings.num_labels, d), minval=-bound,
                                  maxval=bound),
             "log_temperature": jnp.zeros((), jnp.float32)}
-  return TrainState(params, variables.get("batch_stats", {}), optimizer(settings).init(params),
+  return params, variables.get("batch_stats", {})
+
+
+def init_run(settings: Settings, key: jax.Array, kappa: jax.Array,
+             normalize_head: jax.Array) -> TrainState:
+  """One run's state (no run axis): its problem, encoder, head and data key from ``key``."""
+  k_problem, k_model, k_head, k_data = jax.random.split(key, 4)
+  problem = data_lib.make_problem(k_problem, settings.dim, settings.num_classes,
+                                  mixing_layers=settings.mixing_layers,
+                                  mixing_candidates=settings.mixing_candidates)
+  params, batch_stats = init_params(settings, k_model, k_head)
+  return TrainState(params, batch_stats, optimizer(settings).init(params),
                     problem, jnp.asarray(kappa, jnp.float32),
                     jnp.asarray(normalize_head, bool), k_data, jnp.zeros((), jnp.int32))
 
@@ -308,3 +317,80 @@ def evaluate(settings: Settings, seed_index: np.ndarray, state: TrainState, key:
   """
   keys = blocks.member_keys(key, seed_index.shape[0], seed_index)
   return jax.vmap(lambda s, k: evaluate_run(settings, s, k, num_samples))(state, keys)
+
+
+# ---------------------------------------------------------------------------------------
+# The same encoder and head trained on a user's data set (``train.run(config, dataset=)``).
+
+
+class FitState(NamedTuple):
+  """One seed's state on a user's data (a leading seed axis in :func:`make_fit_kernel`)."""
+  params: Any         # {"encoder", "head": [K, d], "log_temperature": []}
+  batch_stats: Any
+  opt_state: Any
+  step: jax.Array     # [] int32, optimiser steps taken
+
+
+def init_fit(settings: Settings, key: jax.Array) -> FitState:
+  """One seed's encoder, head and Adam state from ``key``."""
+  k_model, k_head = jax.random.split(key)
+  params, batch_stats = init_params(settings, k_model, k_head)
+  return FitState(params, batch_stats, optimizer(settings).init(params),
+                  jnp.zeros((), jnp.int32))
+
+
+def fit_step(update: Callable[..., blocks.Update], normalize_head: bool, state: FitState,
+             batch: dict[str, jax.Array]) -> tuple[FitState, dict[str, jax.Array]]:
+  """One Adam step of one seed on ``batch = {"x": [B, p], "y": [B]}`` (rows of W put back
+  on the sphere first when ``normalize_head``, as in :func:`train_step_run`)."""
+  params = {**state.params, "head": head_rows(state.params, normalize_head)}
+  out = update(params, state.opt_state, state.batch_stats, batch["x"], batch["y"],
+               normalize_head)
+  batch_stats, _ = out.aux
+  return FitState(out.params, batch_stats, out.opt_state, state.step + 1), {"loss": out.loss}
+
+
+def make_fit_kernel(settings: Settings, num_seeds: int,
+                    normalize_head: bool = False) -> contract.TrainKernel:
+  """The train kernel on a user's data: ``num_seeds`` initialisations vmapped.
+
+  ``train_step(state, batch)`` takes ``{"x": [B, k, p], "y": [B, k]}`` (``k =
+  steps_per_call`` minibatches; every seed sees the same ones) and runs ``k`` Adam steps
+  of every seed as one scan. Extras: ``features(state_run, x) -> [n, d]`` and
+  ``evaluate(state, x, y, z=None) -> dict of [S] arrays`` (:func:`evaluate_fit`).
+  """
+  settings = validate_settings(settings)
+  update = blocks.gradient_step(functools.partial(cross_entropy, settings=settings),
+                                optimizer(settings), has_aux=True)
+  step = blocks.scan_steps(functools.partial(fit_step, update, bool(normalize_head)),
+                           settings.steps_per_call, batch_axis=1)
+  init = blocks.vmap_init(functools.partial(init_fit, settings), int(num_seeds))
+  return contract.train_kernel(
+      init, blocks.vmap_members(step, rules={"loss": ("mean", "max")}),
+      features=functools.partial(features, settings),
+      evaluate=functools.partial(evaluate_fit, settings, bool(normalize_head)))
+
+
+def evaluate_fit(settings: Settings, normalize_head: bool, state: FitState, x: jax.Array,
+                 y: jax.Array | None, z: jax.Array | None = None) -> dict[str, jax.Array]:
+  """Every seed's scores on held-out samples ``x [n, p]`` (dict of ``[S]`` arrays).
+
+  With labels ``y [n]``, ``model_ce`` and ``accuracy`` of the classifier (None for DIET,
+  whose labels are the training samples' indices); with latents ``z [n, d]`` also the
+  paper's linear identifiability of z from f(x) (``r2_z``, ``r2_z_no_intercept``: a
+  linear map fitted on the first half of the samples, R^2 on the second).
+  """
+
+  def one(state_run: FitState) -> dict[str, jax.Array]:
+    h = features(settings, state_run, x)
+    out = {}
+    if y is not None:
+      logits = logits_fn(settings, h, state_run.params, normalize_head)
+      out["model_ce"] = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, y))
+      out["accuracy"] = jnp.mean(jnp.argmax(logits, -1) == y)
+    if z is not None:
+      out["r2_z"] = eval_lib.heldout_r2(h, z, True)
+      out["r2_z_no_intercept"] = eval_lib.heldout_r2(h, z, False)
+    return out
+
+  return jax.vmap(one)(state)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import ml_collections
@@ -228,16 +228,126 @@ def run_sprites(config: ml_collections.ConfigDict,
   return result
 
 
-def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = None
-        ) -> VmfResult | SpritesResult:
+@dataclasses.dataclass(frozen=True)
+class DatasetResult:
+  """What a run on a user's data set returns.
+
+  Attributes:
+    rows: one dict per seed: ``seed`` and the held-out scores of
+      ``kernel.evaluate_fit`` (``model_ce``, ``accuracy`` when supervised; ``r2_z``,
+      ``r2_z_no_intercept`` when the data set has latents), each also as
+      ``<name>_untrained`` for the encoders at initialisation.
+    summary: mean, ``_std``, ``_min`` over seeds.
+    history: the train loop's metrics per call.
+    shapes: ``num_train``, ``num_eval``, ``input_dim`` (p), ``feature_dim`` (d),
+      ``num_labels`` (K) as inferred from the data set.
+    timings: seconds of ``train`` and ``eval``.
+  """
+  rows: list[dict[str, Any]]
+  summary: list[dict[str, Any]]
+  history: list[dict[str, float]]
+  shapes: dict[str, int]
+  timings: dict[str, float]
+  state: Any = results.in_memory()       # kernel.FitState, leading seed axis
+  kernel: Any = results.in_memory()      # the TrainKernel (``features``, ``evaluate``)
+  settings: Any = results.in_memory()    # kernel.Settings
+
+
+class Split(NamedTuple):
+  """A data set's training and held-out rows (a seeded permutation, then a cut)."""
+  train: np.ndarray    # [N_train] row indices
+  held_out: np.ndarray  # [N_eval]
+
+
+def split_dataset(num: int, holdout_fraction: float, seed: int) -> Split:
+  """Rows shuffled by ``seed``, the last ``holdout_fraction`` held out (>= 2 each side)."""
+  num_eval = int(round(num * holdout_fraction))
+  if num_eval < 2 or num - num_eval < 2:
+    raise ValueError(f"dataset: {num} samples leave {num - num_eval} to train and "
+                     f"{num_eval} to score at data.holdout_fraction={holdout_fraction}; "
+                     "both need at least 2")
+  order = np.random.default_rng(seed).permutation(num)
+  return Split(order[:num - num_eval], order[num - num_eval:])
+
+
+def dataset_settings(config: ml_collections.ConfigDict, dataset: data_lib.Dataset,
+                     num_train: int) -> kernel_lib.Settings:
+  """The kernel's settings with every shape taken from ``dataset``: p from x, d from z
+  (``dgp.dim`` without latents), K from the labels (supervised) or ``num_train`` (DIET)."""
+  if len(config.objective.normalize_head) != 1:
+    raise ValueError("objective.normalize_head takes one value on a user's data set; got "
+                     f"{tuple(config.objective.normalize_head)}")
+  dim = int(dataset.z.shape[1]) if dataset.z is not None else int(config.dgp.dim)
+  with config.unlocked():
+    config = config.copy_and_resolve_references()
+    config.dgp.dim = dim
+  return settings_from_config(config)._replace(
+      input_dim=int(dataset.x.shape[1]), num_classes=int(dataset.y.max()) + 1,
+      num_indices=int(num_train))
+
+
+def run_dataset(config: ml_collections.ConfigDict, dataset: data_lib.Dataset,
+                workdir: str | pathlib.Path | None = None) -> DatasetResult:
+  """Trains the encoder and head on a user's data set (seeds vmapped) and scores them on
+  its held-out rows (see :class:`DatasetResult`)."""
+  split = split_dataset(dataset.x.shape[0], float(config.data.holdout_fraction),
+                        int(config.seed))
+  settings = dataset_settings(config, dataset, split.train.shape[0])
+  diet = settings.objective == "diet"
+  labels = np.arange(split.train.shape[0], dtype=np.int32) if diet else dataset.y[split.train]
+  normalize_head = bool(config.objective.normalize_head[0])
+  kernel = kernel_lib.make_fit_kernel(settings, int(config.num_seeds), normalize_head)
+  data = data_lib.dataset_batches(dataset.x[split.train], labels, settings.batch_size,
+                                  settings.steps_per_call, int(config.seed))
+  stage = stages.Stage("train", lambda _: kernel, num_steps=int(config.loop.num_steps),
+                       steps_per_call=settings.steps_per_call, data=data)
+  trained = stages.run_stages((stage,), config, workdir, name="identifiability/dataset")
+  state = trained.states["train"]
+  start = time.perf_counter()
+  held = [None if a is None else jax.numpy.asarray(a[split.held_out])
+          for a in (dataset.x, None if diet else dataset.y, dataset.z)]
+  scores = jax.device_get(jax.jit(kernel.evaluate)(state, *held))
+  rows = [{"seed": s, **{k: float(v[s]) for k, v in scores.items()}}
+          for s in range(int(config.num_seeds))]
+  untrained = jax.device_get(jax.jit(kernel.evaluate)(
+      jax.jit(kernel.init)(jax.random.key(int(config.seed))), *held))
+  for s, row in enumerate(rows):
+    row.update({f"{k}_untrained": float(v[s]) for k, v in untrained.items()})
+  shapes = {"num_train": int(split.train.shape[0]), "num_eval": int(split.held_out.shape[0]),
+            "input_dim": settings.input_dim, "feature_dim": settings.dim,
+            "num_labels": settings.num_labels}
+  result = DatasetResult(
+      rows, results.summarize(rows, [k for k in rows[0] if k != "seed"],
+                              stats=("mean", "std", "min"), count="seeds"),
+      trained.histories["train"], shapes,
+      {"train": trained.seconds["train"], "eval": time.perf_counter() - start},
+      state=state, kernel=kernel, settings=settings)
+  results.write(result, workdir)
+  return result
+
+
+def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = None, *,
+        dataset: data_lib.Dataset | None = None
+        ) -> VmfResult | SpritesResult | DatasetResult:
   """Runs ``config.task`` (``vmf`` or ``sprites``); see :func:`run_vmf`, :func:`run_sprites`.
 
+  With ``dataset`` (a :class:`data.Dataset`, e.g. ``data.as_dataset(x, y, z)``) or
+  ``config.data.path`` (an ``.npz`` with ``x``, ``y``[, ``z``]), the ``vmf`` task's encoder
+  and head train on that data instead (:func:`run_dataset`).
+
   Raises:
-    ValueError: a config value its constraint forbids (``configs/default.py``), before
-      anything compiles.
+    ValueError: a config value its constraint forbids (``configs/default.py``), or a data
+      set that is not what :func:`data.as_dataset` expects, before anything compiles.
   """
   config_lib.validate(config, default_config.CONSTRAINTS)
   task = str(config.get("task", "vmf"))
+  if dataset is None and str(config.data.path or ""):
+    dataset = data_lib.load_dataset(config.data.path)
+  if dataset is not None:
+    if task != "vmf":
+      raise ValueError(f"a user's data set trains the vmf task's encoder; config.task is "
+                       f"{task!r}")
+    return run_dataset(config, data_lib.as_dataset(*dataset), workdir)
   if task == "vmf":
     return run_vmf(config, workdir)
   if task == "sprites":

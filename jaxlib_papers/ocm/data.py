@@ -89,6 +89,43 @@ def load_digits(split: str = "train", num_eval: int = 297) -> np.ndarray:
   raise ValueError(f"digits split must be 'train' or 'test', got {split!r}")
 
 
+def check_samples(x, source: str = "dataset") -> np.ndarray:
+  """A user's samples as float32 ``[N, D]`` vectors or ``[N, H, W, C]`` images in [-1, 1];
+  a ValueError naming ``source``, what is wrong and where."""
+  x = np.asarray(x)
+  if x.ndim not in (2, 4) or x.shape[0] < 4:
+    raise ValueError(f"{source}: expected [N, D] vectors or [N, H, W, C] images with N >= 4; "
+                     f"got shape {x.shape}")
+  if not np.issubdtype(x.dtype, np.number) or np.issubdtype(x.dtype, np.complexfloating):
+    raise ValueError(f"{source}: expected real numbers; got dtype {x.dtype}")
+  bad = np.argwhere(~np.isfinite(x))
+  if bad.size:
+    raise ValueError(f"{source}: the sample at index {tuple(int(i) for i in bad[0])} is "
+                     f"{x[tuple(bad[0])]} ({len(bad)} non-finite values); drop or impute them")
+  if x.ndim == 4 and (x.min() < -1 or x.max() > 1):
+    raise ValueError(f"{source}: images must be scaled to [-1, 1] (x / 127.5 - 1 for 8-bit "
+                     f"pixels); got values in [{x.min():g}, {x.max():g}]")
+  return x.astype(np.float32)
+
+
+def load_samples(path) -> np.ndarray:
+  """:func:`check_samples` of the array in a ``.npy`` file (no pickles)."""
+  try:
+    x = np.load(path, allow_pickle=False)
+  except (OSError, ValueError) as e:
+    raise ValueError(f"{path}: not a readable .npy array ({e})") from e
+  return check_samples(x, str(path))
+
+
+def array_source(x: np.ndarray, batch_size: int, seed: int) -> Callable[[int], np.ndarray]:
+  """data(step) -> [batch_size, ...]: uniform draws from ``x``, deterministic in step."""
+
+  def data(step: int) -> np.ndarray:
+    return x[np.random.default_rng((seed, int(step))).integers(0, x.shape[0], batch_size)]
+
+  return data
+
+
 def image_source(images: np.ndarray, batch_size: int, seed: int, *, flip: bool = True
                  ) -> Callable[[int], np.ndarray]:
   """data(step) -> [batch_size, H, W, C]: uniform draws (with random horizontal flips)."""

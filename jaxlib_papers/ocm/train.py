@@ -145,8 +145,38 @@ def _image_parts(config: ml_collections.ConfigDict) -> dict[str, Any]:
       shape=images.shape[1:])
 
 
-def build(config: ml_collections.ConfigDict) -> dict[str, Any]:
+def _user_parts(config: ml_collections.ConfigDict, x: np.ndarray) -> dict[str, Any]:
+  """A user's samples ``x`` ([N, D] or [N, H, W, C]): the last ``eval.num_nelbo`` of a
+  seeded shuffle are held out for the NELBO (and, for vectors, the MMD reference)."""
+  m = config.model
+  want = "mlp" if x.ndim == 2 else "unet"
+  if m.kind != want:
+    raise ValueError(f"config.model.kind must be {want!r} for data of shape {x.shape}; got "
+                     f"{m.kind!r}")
+  x = x[np.random.default_rng(int(config.seed)).permutation(x.shape[0])]
+  num_eval = min(int(config.eval.num_nelbo), x.shape[0] // 2)
+  train_x, eval_data = x[:-num_eval], x[-num_eval:]
+  if x.ndim == 2:
+    model = models.MLPBackbone(width=m.width, depth=m.depth, time_embed_dim=m.time_embed_dim)
+    head = models.VectorHead(out_dim=x.shape[1], hidden=(m.head_hidden,) * m.head_depth)
+  else:
+    model = models.UNet(base_channels=m.base_channels, channel_mults=tuple(m.channel_mults),
+                        blocks_per_level=m.blocks_per_level)
+    head = models.ImageHead(out_channels=x.shape[-1], hidden=m.head_hidden)
+  return dict(
+      eval_data=eval_data, reference=eval_data if x.ndim == 2 else None, oracle=None,
+      mixture=None, model=model, head_model=head, shape=x.shape[1:],
+      make_source=lambda batch, seed: data_lib.array_source(train_x, batch, seed))
+
+
+def build(config: ml_collections.ConfigDict, dataset: np.ndarray | None = None
+          ) -> dict[str, Any]:
   """Schedule, networks and data of ``config`` (no training).
+
+  Args:
+    config: the config.
+    dataset: the user's samples (``data.check_samples``: [N, D] or [N, H, W, C] in
+      [-1, 1]) instead of ``config.data.name`` (default: ``config.data.path`` if set).
 
   Returns:
     dict with schedule, model, head_model, make_source ((batch, seed) -> data(step) ->
@@ -154,7 +184,11 @@ def build(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """
   schedule = diffusion.make_schedule(config.schedule.kind, config.schedule.num_steps)
   name = config.data.name
-  if name in data_lib.VECTOR_DATASETS:
+  if dataset is None and str(config.data.get("path", "") or ""):
+    dataset = data_lib.load_samples(config.data.path)
+  if dataset is not None:
+    parts = _user_parts(config, data_lib.check_samples(dataset))
+  elif name in data_lib.VECTOR_DATASETS:
     parts = _vector_parts(config, schedule)
   elif name in data_lib.IMAGE_DATASETS:
     parts = _image_parts(config)
@@ -259,7 +293,7 @@ def _evaluate(config: ml_collections.ConfigDict, parts: dict, backbone: Any, hea
 def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = None, *,
         fid_fn: Callable[[np.ndarray], float] | None = None, evaluate_methods: bool = True,
         verbose: bool | None = None, mesh: jax.sharding.Mesh | None = None,
-        backbone: Any = None) -> Result:
+        backbone: Any = None, dataset: np.ndarray | None = None) -> Result:
   """Trains the backbone and the heads, then evaluates every covariance method.
 
   Args:
@@ -272,12 +306,17 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
     backbone: trained eps-network params (e.g. ``run(...).backbone`` of a run with the
       same data / schedule / model / dsm config): skips the DSM stage, so several head
       settings share one backbone.
+    dataset: your own samples, [N, D] vectors or [N, H, W, C] images in [-1, 1]
+      (``config.data.path`` names a ``.npy`` file of them from the launcher): shapes come
+      from the data, the last ``eval.num_nelbo`` (at most half) of a seeded shuffle is
+      held out for the NELBO and the MMD, and ``exact`` (which needs the known mixture)
+      is skipped.
 
   Returns:
     A :class:`Result`.
   """
   config_lib.validate(config, default_config.CONSTRAINTS)
-  parts = build(config)
+  parts = build(config, dataset)
   verbose = (not config.loop.get("quiet", False)) if verbose is None else verbose
   workdir = None if workdir is None else pathlib.Path(workdir)
   out, backbone, head_params = train(config, workdir, parts, mesh=mesh, backbone=backbone)

@@ -1,7 +1,7 @@
 """DeepRUOT inference programs: the learned dynamics pushed forward, sampled, measured.
 
 Jitted functions of the trained ``[S]``-stacked params, built from the integrators of
-``kernel.py``: the ODE pushforward of weighted particles (evaluation, figures, stage 3's
+``losses.py``: the ODE pushforward of weighted particles (evaluation, figures, stage 3's
 pairs), the inference SDE, the path action, the exact-OT pairing of stage 3 (host) and the
 calibration of the potential's free level before stage 4.
 """
@@ -13,7 +13,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlib_papers.core import ot as core_ot
-from jaxlib_papers.ruot import kernel as K
 from jaxlib_papers.ruot import losses as L
 from jaxlib_papers.ruot.models import Networks
 
@@ -21,7 +20,7 @@ from jaxlib_papers.ruot.models import Networks
 def interval_grids(times, dt: float) -> jax.Array:
   """[K-1, S+1] Euler grids padded by repeating the end time (zero steps are no-ops)."""
   dummy = [np.zeros((1, 1), np.float32)] * len(times)
-  return K.padded_intervals(times, dummy, dt)[0]
+  return L.padded_intervals(times, dummy, dt)[0]
 
 
 def make_pushforward(nets: Networks, times, dt: float, method: str = "euler"):

@@ -17,9 +17,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
-from jax.typing import ArrayLike
 
 from jaxlib_papers.core import blocks, contract, prng
 from jaxlib_papers.ruot.losses import (
@@ -28,10 +26,10 @@ from jaxlib_papers.ruot.losses import (
   initial_density_loss,
   nearest_counts,
   ot_plan,
+  padded_intervals,
   pinn_residual,
   score_matching_loss,
   squared_distances,
-  time_grid,
   weighted_flow,
   weighted_flow_with_action,
 )
@@ -83,40 +81,6 @@ def make_optimizer(params_like: Params, trainable: Sequence[str], optimizer: str
     raise ValueError(f"optimizer must be 'adam' or 'sgd'; got {optimizer!r}")
   return optax.multi_transform({"train": inner, "freeze": optax.set_to_zero()},
                                _labels(params_like, trainable))
-
-
-def padded_intervals(times: Sequence[float], xs: Sequence[ArrayLike], dt: float,
-                     equal_steps: bool = False):
-  """Stacks the K - 1 intervals so one ``lax.scan`` can walk them.
-
-  Targets are padded to the largest snapshot (padding has zero weight). Intervals of
-  different lengths (a held-out time) share one grid shape in one of two ways:
-  ``equal_steps=False`` keeps the step ``dt`` everywhere and pads the shorter grids by
-  repeating their end time (a step with ``dt = 0`` leaves the state unchanged);
-  ``equal_steps=True`` gives every interval the step count of the shortest one, so a
-  longer interval takes proportionally longer steps and no compute is spent on padding.
-
-  Returns:
-    ``(grids [K-1, S+1], targets [K-1, M, d], mask [K-1, M] float, t_ends [K-1])``.
-  """
-  pairs = list(zip(times[:-1], times[1:]))
-  if equal_steps:
-    shortest = min(float(b) - float(a) for a, b in pairs)
-    num = max(1, int(round(shortest / dt)))
-    grids = [np.linspace(float(a), float(b), num + 1) for a, b in pairs]
-  else:
-    grids = [time_grid(float(a), float(b), dt) for a, b in pairs]
-  steps = max(len(g) for g in grids)
-  grids = np.stack([np.concatenate([g, np.full(steps - len(g), g[-1])]) for g in grids])
-  width = max(int(np.shape(x)[0]) for x in xs[1:])
-  dim = int(np.shape(xs[0])[1])
-  targets = np.zeros((len(xs) - 1, width, dim), np.float32)
-  mask = np.zeros((len(xs) - 1, width), np.float32)
-  for k, x in enumerate(xs[1:]):
-    targets[k, :len(x)] = np.asarray(x)
-    mask[k, :len(x)] = 1.0
-  return (jnp.asarray(grids, jnp.float32), jnp.asarray(targets), jnp.asarray(mask),
-          jnp.asarray(np.asarray(times[1:], np.float32)))
 
 
 class FlowStageSettings(NamedTuple):

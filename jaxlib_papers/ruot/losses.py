@@ -16,7 +16,7 @@ Everything here is a module-level pure function of arrays and fields
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import chex
 import jax
@@ -40,6 +40,40 @@ def time_grid(t0: float, t1: float, dt: float) -> np.ndarray:
     raise ValueError(f"dt must be > 0; got {dt}")
   num = max(1, int(round(abs(t1 - t0) / dt)))
   return np.linspace(t0, t1, num + 1)
+
+
+def padded_intervals(times: Sequence[float], xs: Sequence[ArrayLike], dt: float,
+                     equal_steps: bool = False):
+  """Stacks the K - 1 intervals so one ``lax.scan`` can walk them.
+
+  Targets are padded to the largest snapshot (padding has zero weight). Intervals of
+  different lengths (a held-out time) share one grid shape in one of two ways:
+  ``equal_steps=False`` keeps the step ``dt`` everywhere and pads the shorter grids by
+  repeating their end time (a step with ``dt = 0`` leaves the state unchanged);
+  ``equal_steps=True`` gives every interval the step count of the shortest one, so a
+  longer interval takes proportionally longer steps and no compute is spent on padding.
+
+  Returns:
+    ``(grids [K-1, S+1], targets [K-1, M, d], mask [K-1, M] float, t_ends [K-1])``.
+  """
+  pairs = list(zip(times[:-1], times[1:]))
+  if equal_steps:
+    shortest = min(float(b) - float(a) for a, b in pairs)
+    num = max(1, int(round(shortest / dt)))
+    grids = [np.linspace(float(a), float(b), num + 1) for a, b in pairs]
+  else:
+    grids = [time_grid(float(a), float(b), dt) for a, b in pairs]
+  steps = max(len(g) for g in grids)
+  grids = np.stack([np.concatenate([g, np.full(steps - len(g), g[-1])]) for g in grids])
+  width = max(int(np.shape(x)[0]) for x in xs[1:])
+  dim = int(np.shape(xs[0])[1])
+  targets = np.zeros((len(xs) - 1, width, dim), np.float32)
+  mask = np.zeros((len(xs) - 1, width), np.float32)
+  for k, x in enumerate(xs[1:]):
+    targets[k, :len(x)] = np.asarray(x)
+    mask[k, :len(x)] = 1.0
+  return (jnp.asarray(grids, jnp.float32), jnp.asarray(targets), jnp.asarray(mask),
+          jnp.asarray(np.asarray(times[1:], np.float32)))
 
 
 def weighted_flow(

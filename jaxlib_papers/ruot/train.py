@@ -10,6 +10,7 @@ typed :class:`RuotResult` (``results.json`` in the workdir).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pathlib
 import time
 from typing import Any, NamedTuple
@@ -19,7 +20,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from jaxlib_papers.core import blocks, results
+from jaxlib_papers.core import blocks, contract, results
 from jaxlib_papers.core import config as config_lib
 from jaxlib_papers.core import metrics as core_metrics
 from jaxlib_papers.core import stages as stages_lib
@@ -176,25 +177,34 @@ class Problem(NamedTuple):
 def flow_stage(name: str, problem: Problem, settings: K.FlowStageSettings,
                initial_target: jax.Array | None = None) -> stages_lib.Stage:
   """Flow stage ``name`` (1, 2 or 4): hands on its best params (or its last, stage 4)."""
-  make = lambda params: K.make_flow_stage(problem.nets, problem.times, problem.xs, params,
-                                          settings, initial_target=initial_target)
-  carry = ((lambda state: state.best.params) if settings.track_best
-           else (lambda state: state.params))
+  make = functools.partial(K.make_flow_stage, problem.nets, problem.times, problem.xs,
+                           settings=settings, initial_target=initial_target)
   return stages_lib.Stage(name, make, settings.total_passes, settings.passes_per_step,
-                          carry=carry)
+                          carry=_best_params if settings.track_best else _last_params)
+
+
+def _best_params(state: K.FlowState) -> Params:
+  return state.best.params
+
+
+def _last_params(state: K.FlowState | K.ScoreState) -> Params:
+  return state.params
+
+
+def score_kernel(problem: Problem, settings: RuotSettings,
+                 params: Params) -> contract.TrainKernel:
+  """Stage 3's kernel from the carried params: their ODE particles, paired by exact OT."""
+  push = flows.make_pushforward(problem.nets, problem.times, settings.dt, settings.method)
+  ode_xs, _ = push(params, problem.xs[0])
+  pairs = flows.exact_pairs(np.asarray(ode_xs))
+  return K.make_score_stage(problem.nets, problem.times, pairs, params, settings.score)
 
 
 def score_stage(problem: Problem, settings: RuotSettings) -> stages_lib.Stage:
-  """Stage 3: its kernel pairs the ODE particles of the carried params by exact OT."""
-
-  def make(params: Params):
-    push = flows.make_pushforward(problem.nets, problem.times, settings.dt, settings.method)
-    ode_xs, _ = push(params, problem.xs[0])
-    pairs = flows.exact_pairs(np.asarray(ode_xs))
-    return K.make_score_stage(problem.nets, problem.times, pairs, params, settings.score)
-
-  return stages_lib.Stage("stage3", make, settings.score.total_steps,
-                          settings.score.steps_per_call, carry=lambda state: state.params)
+  """Stage 3: score matching of s on the OT-paired particles of the carried params."""
+  return stages_lib.Stage("stage3", functools.partial(score_kernel, problem, settings),
+                          settings.score.total_steps, settings.score.steps_per_call,
+                          carry=_last_params)
 
 
 def declare_stages(problem: Problem, settings: RuotSettings,

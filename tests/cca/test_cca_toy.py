@@ -1,5 +1,6 @@
 """The exact two-token toy: CCA's optimum against the brief's table and the CFG target."""
 
+import jax
 import numpy as np
 import pytest
 
@@ -65,3 +66,33 @@ def test_sampled_minibatch_cca_reaches_exact_optimum():
   run by core.train_loop, converges to the exact optimum (the s = 1 CFG target)."""
   assert reproduce.sampled_toy_tv(600) < 0.02
   assert toy.total_variation(COND, toy.cfg_target(COND, PRIOR, 1.0)) > 0.13  # the start
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_any_vocabulary_optimum_is_cfg_target(seed):
+  """V = 3 tokens per position: 9 classes whose conditionals are the 9 cyclic shifts of one
+  random distribution (uniform p(x), so Z_c(s) is the same for every class and one lambda
+  = Z^beta makes the optimum the CFG target for all of them)."""
+  base = np.random.default_rng(seed).dirichlet(np.ones(9))
+  cond = np.stack([np.roll(base, k) for k in range(9)])
+  prior = np.full(9, 1 / 9)
+  z = toy.partition(cond, prior, 1.0)
+  np.testing.assert_allclose(z, z[0], rtol=1e-12)
+  with enable_x64():
+    optimum = toy.exact_optimum(1.0, float(z[0]), cond, prior)
+    off = toy.exact_optimum(1.0, float(z[0]) * 1.5, cond, prior)
+  target = toy.cfg_target(cond, prior, 1.0)
+  assert toy.total_variation(optimum, target) < 1e-6
+  assert toy.total_variation(off, target) > 1e-2
+  tokens, labels = toy.sample_pairs(jax.random.key(seed), 64, cond, prior)
+  assert tokens.shape == (64, 2) and int(tokens.max()) <= 2 and int(labels.max()) <= 8
+
+
+@pytest.mark.parametrize("cond, prior, message", [
+    (np.full((2, 5), 0.2), PRIOR, r"\[K, V\^2\]"),
+    (COND, np.array([1.0]), r"prior must be \[K\] = \[2\]"),
+    (np.array([[0.5, 0.5, 0.0, 0.0], [0.25] * 4]), PRIOR, "positive entries"),
+])
+def test_bad_toy_is_named(cond, prior, message):
+  with enable_x64(), pytest.raises(ValueError, match=message):
+    toy.exact_optimum(1.0, 1.2, cond, prior)

@@ -12,7 +12,16 @@ from jaxlib_papers.ocm import train
 from jaxlib_papers.ocm.configs.default import get_config
 
 
+def _blobs(seed: int) -> np.ndarray:
+  """A user's data set unlike the built-in ones: three anisotropic 3-D blobs."""
+  rng = np.random.default_rng(seed)
+  means = rng.uniform(-0.6, 0.6, (3, 3))
+  scales = rng.uniform(0.03, 0.15, (3, 3))
+  return np.concatenate([rng.normal(m, s, (1200, 3)) for m, s in zip(means, scales)])
+
+
 def test_smoke_ocm_beats_fixed_beta_on_nelbo(tmp_path):
+  """On a user's own samples (shapes from the data: ``train.run(config, dataset=...)``)."""
   config = get_config("smoke")
   config.heads.names = ("ocm",)
   config.eval.methods = ("beta", "ocm")
@@ -22,7 +31,9 @@ def test_smoke_ocm_beats_fixed_beta_on_nelbo(tmp_path):
   config.loop.num_steps = 400      # optimizer steps (40 calls of 10)
   config.head_loop.num_steps = 200
   # One device: sharding is tested on the kernels; here 8 fake devices would only add cost.
-  result = train.run(config, tmp_path, mesh=distributed.make_mesh(devices=jax.devices()[:1]))
+  result = train.run(config, tmp_path, mesh=distributed.make_mesh(devices=jax.devices()[:1]),
+                     dataset=_blobs(0))
+  assert jax.tree.leaves(result.head_params)[-1].shape[-1] == 3  # the head outputs D = 3
   nelbo = result.nelbo[10]
   assert np.isfinite(nelbo["ocm"]) and np.isfinite(nelbo["beta"])
   assert nelbo["ocm"] < nelbo["beta"] - 0.02, nelbo
@@ -37,7 +48,7 @@ def test_smoke_ocm_beats_fixed_beta_on_nelbo(tmp_path):
   assert result.dsm_history[-1]["loss"] < result.dsm_history[0]["loss"]
   # Rerun in the same workdir: both stages resume from their last checkpoint.
   again = train.run(config, tmp_path, evaluate_methods=False,
-                    mesh=distributed.make_mesh(devices=jax.devices()[:1]))
+                    mesh=distributed.make_mesh(devices=jax.devices()[:1]), dataset=_blobs(0))
   # Nothing trained again, and the histories are the whole run's (read back from the
   # metrics files), so the results do not depend on the interruption.
   assert again.dsm_history == result.dsm_history

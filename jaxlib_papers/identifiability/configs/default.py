@@ -6,6 +6,8 @@ Tasks:
   supervised (labels ``c``) or DIET (labels ``I``); ``dgp.kappas`` x
   ``objective.normalize_head`` are variants trained in one vmapped program with
   ``num_seeds`` seeds each.
+  With ``data.path`` (or ``train.run(config, dataset=...)``) the same encoder and head
+  train on the user's own samples instead (``data.Dataset``).
 * ``sprites``: the DisLib stand-in (sprites rendered in code, CE on the shape, linear
   decoding of scale and position from the last hidden layer).
 
@@ -48,6 +50,10 @@ _BASE = dict(
     optim=dict(learning_rate=3e-3, batch_size=1024, steps_per_call=50,   # batch: paper's
                cosine_decay=True),   # cosine decay of the step size over the run
     eval=dict(num_samples=8192, seed=1),
+    # Your own data set instead of the vMF mixture (task vmf): an .npz with x [N, p], y [N]
+    # int labels and optionally z [N, d] latents; shapes are inferred from it, and the last
+    # holdout_fraction of the samples scores the trained encoders.
+    data=dict(path="", holdout_fraction=0.2),
     sprites=dict(
         size=32, num_scales=6, num_positions=16, supersample=4,
         hidden=(512, 512, 512),   # the paper's 3 x [Linear 512, BN, ReLU]
@@ -103,6 +109,8 @@ CONSTRAINTS = {
     "optim.learning_rate": C.positive(), "optim.batch_size": C.at_least(1),
     "optim.steps_per_call": C.at_least(1),
     "eval.num_samples": C.at_least(2),
+    "data.path": C.existing_file(),
+    "data.holdout_fraction": C.in_range(0.0, 1.0, low_open=True, high_open=True),
     "sprites.size": C.at_least(8), "sprites.hidden": C.each(C.at_least(1)),
     "sprites.batch_size": C.at_least(1), "sprites.learning_rate": C.positive(),
     "sprites.steps_per_call": C.at_least(1),

@@ -29,6 +29,9 @@ _BASE = dict(
         std_range=(0.05, 0.2),    # gmm per-dimension component stds (uniform)
         train_limit=-1,           # cifar10: number of train images to read (-1: all)
         eval_split="test",        # cifar10 split for the NELBO
+        path="",                  # your own samples (.npy): [N, D] vectors (model.kind
+                                  # mlp) or [N, H, W, C] images in [-1, 1] (unet); `name`
+                                  # is then ignored and shapes come from the file
     ),
     schedule=dict(kind="linear", num_steps=1000),
     model=dict(
@@ -119,6 +122,7 @@ def _optim(group: str) -> dict[str, C.Constraint]:
 CONSTRAINTS = {
     "seed": C.at_least(0),
     "data.name": C.one_of("ring2d", "gmm", "gmm16", "cifar10", "digits"),
+    "data.path": C.existing_file(),
     "data.num_modes": C.at_least(1), "data.std": C.positive(), "data.dim": C.at_least(1),
     "schedule.kind": C.one_of("linear", "cosine"), "schedule.num_steps": C.at_least(2),
     "model.kind": C.one_of("mlp", "unet"), "model.width": C.at_least(1),
