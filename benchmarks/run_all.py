@@ -359,6 +359,57 @@ def linear_rl_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
   return {"nullspace_lsvi": episodes}
 
 
+# --------------------------------------------------------------------------- single_index
+
+
+def single_index_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
+  """Online SGD of the config's seeds, 10 chunks of fresh samples each (bin3, LT +
+  smoothing, p = 3): the exact alignment chain (O(1) per sample) and the full step (O(d))."""
+  from jaxlib_papers.single_index import kernel, links, losses
+  from jaxlib_papers.single_index.configs import default
+
+  def build(engine: str) -> HotPath:
+    config = default.get_config(preset)
+    dim = {"smoke": 32, "cpu": 256, "full": 1024}[preset]
+    seeds, samples = int(config.run.num_seeds), 10 * int(config.run.chunk)
+    link = links.LINKS["bin3"]
+    step = kernel.StepSettings(link, link.transform, losses.Oracle(3, dim ** 0.25, dim),
+                               0.1 * dim ** -0.25, noise_std=float(config.run.noise_std))
+    spec = kernel.RunSpec(engine, int(config.run.chunk), samples, (1.5,))  # no early stop
+    keys = jax.random.split(jax.random.key(0), seeds)
+    return HotPath(lambda k: kernel.run_online(step, spec, k), (keys,), seeds * samples,
+                   "sample", f"{engine}: bin3 LT+S p=3, d={dim}, {seeds} seeds x "
+                             f"{samples} samples")
+
+  return {"chain_samples": lambda: build("chain"), "full_samples": lambda: build("full")}
+
+
+# ---------------------------------------------------------------------------- test_task
+
+
+def test_task_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
+  """The confound fit's bootstrap (B resamples, c_e refitted) on 53 generated models."""
+  import numpy as np
+
+  from jaxlib_papers.test_task import kernel
+  from jaxlib_papers.test_task.configs import default
+
+  def bootstrap() -> HotPath:
+    samples = int(default.get_config(preset).analysis.bootstrap_samples)
+    rng = np.random.default_rng(0)
+    log_c = rng.uniform(20, 24, 53)
+    new = (rng.uniform(size=53) < 0.36).astype(float)
+    y = 0.24 * np.maximum(0, log_c - 22.1) + 0.07 * new + 0.04 * rng.normal(size=53)
+    settings = kernel.BootstrapSettings(num_samples=samples)
+    with enable_x64():
+      grid = kernel.emergence_grid()
+    fn = jax.jit(lambda k, a, b, c: kernel.bootstrap_hinge(k, a, b, c, grid, settings))
+    return HotPath(fn, (jax.random.key(0), log_c, new, y), 1, "bootstrap",
+                   f"53 models, B={samples}, 12k-point c_e grid", x64=True)
+
+  return {"bootstrap": bootstrap}
+
+
 # The registry: one line per method. A builder imports its package lazily; a method whose
 # package is absent is skipped. (aerca, cca, identifiability and cp_fuse: add their line
 # here when their packages land.)
@@ -368,6 +419,8 @@ HOT_PATHS: dict[str, Callable[[str], dict[str, Callable[[], HotPath]]]] = {
     "ocm": ocm_hot_paths,
     "minimax": minimax_hot_paths,
     "linear_rl": linear_rl_hot_paths,
+    "single_index": single_index_hot_paths,
+    "test_task": test_task_hot_paths,
 }
 
 

@@ -102,6 +102,7 @@ os.environ.setdefault("JAXLIB_PAPERS_DATA_OFFLINE", "1")
 # xdist workers do not end with one of them running alone.
 _LONG_FIRST = (
     "test_colab_demo_runs_at_smoke_size", "test_every_check_runs_on_generated_data",
+    "test_launchers_resume",
     "identifiability/test_identifiability_reproduce", "test_core_multihost",
     "cca/test_cca_e2e", "cp_fuse/test_cp_fuse_train", "ruot/test_ruot_train",
     "test_core_fault", "identifiability/test_identifiability_kernel", "fsbm/test_fsbm_opinion",

@@ -35,6 +35,10 @@ ROWS = [
      "config.data.path = '/no/such/cells.csv': expected an existing file"),
     ("ocm", "smoke", "data.path", "/no/such/points.npy",
      "config.data.path = '/no/such/points.npy': expected an existing file (or empty)"),
+    ("single_index", "smoke", "steps.eta_p1", -0.2,
+     "config.steps.eta_p1 = -0.2: expected a number > 0"),
+    ("test_task", "smoke", "analysis.bootstrap_samples", -1,
+     "config.analysis.bootstrap_samples = -1: expected an integer >= 0"),
     ("identifiability", "smoke", "data.path", "/no/such/mine.npz",
      "config.data.path = '/no/such/mine.npz': expected an existing file (or empty)"),
 ]

@@ -24,6 +24,10 @@ checks then fall back to generated data and say so in the report.
 FSBM ships its keypoints as PyTorch ``.pt`` files; :func:`load_pt` reads them without
 PyTorch, with an unpickler that accepts exactly one float32 tensor and nothing else.
 
+Papers with many files list them in a TSV of their own (``MANIFESTS``: one entry per listing,
+e.g. ``jaxlib_papers/test_task/MANIFEST.tsv``, 337 files named ``test_task/<upstream path>``);
+each listed file is a registry entry like any other.
+
 Command line: ``python -m jaxlib_papers.core.datasets [NAME ...]`` fetches the named files
 (all when none is named) and prints their local paths, e.g.
 ``--config.keypoints_path=$(python -m jaxlib_papers.core.datasets fsbm/kp_traj_vneck.pt)``.
@@ -98,6 +102,57 @@ REGISTRY: dict[str, DataFile] = {f.name: f for f in (
              "5defa0a4c4c5bdaf3f55ae3828310252e8565c13ee37ce279e0b86d82e7f4ce9",
              "LEN: LIBSVM heart_scale, 270 x 13"),
 )}
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+  """Many official files of one pinned commit, listed in a TSV instead of one row each.
+
+  The listing (``path<TAB>bytes<TAB>sha256`` after a header line, e.g.
+  ``jaxlib_papers/test_task/MANIFEST.tsv``) is part of the suite; each of its rows becomes a
+  :class:`DataFile` named ``<prefix>/<path>``, fetched and checked like any other.
+  """
+  prefix: str            # local names are "<prefix>/<path>"
+  repo: str              # upstream GitHub repository, "owner/name"
+  commit: str            # pinned commit (40 hex digits)
+  listing: pathlib.Path  # the TSV
+  about: str             # what the files are
+
+  def files(self) -> tuple[DataFile, ...]:
+    """The listing's rows as DataFiles; ValueError naming the listing and line if malformed."""
+    lines = self.listing.read_text(encoding="utf-8").splitlines()
+    if not lines or lines[0].split("\t") != ["path", "bytes", "sha256"]:
+      raise ValueError(f"{self.listing}: expected the header 'path<TAB>bytes<TAB>sha256'")
+    out = []
+    for number, line in enumerate(lines[1:], start=2):
+      fields = line.split("\t")
+      if (len(fields) != 3 or not fields[1].isdigit() or len(fields[2]) != 64
+          or set(fields[2]) - set("0123456789abcdef") or ".." in fields[0].split("/")):
+        raise ValueError(f"{self.listing}:{number}: expected 'path<TAB>bytes<TAB>sha256' "
+                         f"(a relative path, a size, 64 hex digits), got {line!r}")
+      out.append(DataFile(f"{self.prefix}/{fields[0]}", self.repo, self.commit, fields[0],
+                          int(fields[1]), fields[2], self.about))
+    return tuple(out)
+
+
+_PACKAGES = pathlib.Path(__file__).resolve().parents[1]
+MANIFESTS: tuple[Manifest, ...] = (
+    Manifest("test_task", "socialfoundations/training-on-the-test-task",
+             "c357810e554ab33207a1578729659e01695923f2",
+             _PACKAGES / "test_task" / "MANIFEST.tsv",
+             "Training on the test task: lm-eval results of 53 models and the model tables"),
+)
+for _manifest in MANIFESTS:
+  if _manifest.listing.is_file():  # (an install without the package's data lacks it)
+    REGISTRY.update({f.name: f for f in _manifest.files()})
+
+
+def manifest_names(prefix: str) -> list[str]:
+  """The registered names of the manifest ``prefix`` (e.g. "test_task"), in listing order."""
+  for manifest in MANIFESTS:
+    if manifest.prefix == prefix:
+      return [f.name for f in manifest.files()]
+  raise ValueError(f"unknown manifest {prefix!r}: known are {[m.prefix for m in MANIFESTS]}")
 
 
 class DataUnavailable(RuntimeError):  # noqa: N818  (a condition, not a bug)

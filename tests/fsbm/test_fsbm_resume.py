@@ -1,5 +1,10 @@
 """Every FSBM task checkpoints, and a stopped run resumes to what an uninterrupted one ends
-at (issue 34: the crowd tasks' empty mean-field table made the first checkpoint fail)."""
+at (issue 34: the crowd tasks' empty mean-field table made the first checkpoint fail).
+
+The S-tunnel is the fsbm launcher's default task, killed and resumed through the command
+line by ``tests/test_launchers_resume.py``; here the other three: the V-neck (the other
+crowd task), the opinion task (its state carries the mean-field table) and latents (data
+from files)."""
 
 import json
 
@@ -16,7 +21,7 @@ _TINY = {"batch_size": 8, "csoc.S": 6, "csoc.N": 1, "csoc.num_iters": 2, "csoc.T
          "csoc.T_gamma": 3, "match.steps": 2, "match.batch_size": 4, "num_sim_steps": 10,
          "model.hidden": 8, "num_keypoints": 6, "num_feedback": 4, "eval.num_samples": 8,
          "loop.num_steps": 3}
-_TASKS = {"stunnel": {}, "vneck": {},
+_TASKS = {"vneck": {},
           "opinion": {"dim": 4, "opinion.field_times": 4}, "latents": {"dim": 3}}
 
 

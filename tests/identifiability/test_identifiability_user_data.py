@@ -29,12 +29,25 @@ def _mixture(seed: int, num: int = 4000, dim: int = 3, classes: int = 10):
   return np.asarray(b.x), np.asarray(b.label), np.asarray(b.z)
 
 
+def _arrays(seed: int):
+  """p = 3 observed features padded with 2 noise columns: the input width is inferred."""
+  x, y, z = _mixture(seed)
+  x = np.concatenate([x, np.random.default_rng(seed).normal(size=(len(x), 2))], axis=1)
+  return x, y, z
+
+
+_RUNS = {}
+
+
+def _run_on_arrays(seed: int):
+  if seed not in _RUNS:
+    _RUNS[seed] = train.run(_config(300), dataset=data_lib.as_dataset(*_arrays(seed)))
+  return _RUNS[seed]
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_supervised_run_on_arrays_infers_shapes_and_learns(seed):
-  x, y, z = _mixture(seed)
-  # p = 3 observed features padded with 2 noise columns: the input width is inferred.
-  x = np.concatenate([x, np.random.default_rng(seed).normal(size=(len(x), 2))], axis=1)
-  result = train.run(_config(300), dataset=data_lib.as_dataset(x, y, z))
+  result = _run_on_arrays(seed)
   assert result.shapes == {"num_train": 3200, "num_eval": 800, "input_dim": 5,
                            "feature_dim": 3, "num_labels": 10}
   (summary,) = result.summary
@@ -47,16 +60,21 @@ def test_supervised_run_on_arrays_infers_shapes_and_learns(seed):
   assert result.history[-1]["step"] == 300
 
 
-def test_diet_run_and_npz_file(tmp_path):
-  x, y, z = _mixture(2, num=600)
+def test_npz_file_trains_like_the_arrays_and_diet_labels_are_row_indices(tmp_path):
+  x, y, z = _arrays(0)
   path = tmp_path / "mine.npz"
   np.savez(path, x=x, y=y, z=z)
-  config = _config(20, **{"objective.kind": "diet", "data.path": str(path)})
-  result = train.run(config, tmp_path / "run")
-  assert result.shapes["num_labels"] == result.shapes["num_train"] == 480
-  assert set(result.rows[0]) == {"seed", "r2_z", "r2_z_no_intercept", "r2_z_untrained",
-                                 "r2_z_no_intercept_untrained"}
+  from_file = train.run(_config(300, **{"data.path": str(path)}), tmp_path / "run")
+  assert from_file.rows == _run_on_arrays(0).rows
   assert (tmp_path / "run" / "results.json").exists()
+  # DIET: one head row per training sample, labelled by its index (shapes only; the
+  # objective's training is the vmf kernel's, tested in test_identifiability_kernel.py).
+  config = _config(10, **{"objective.kind": "diet"})
+  split = train.split_dataset(600, float(config.data.holdout_fraction), int(config.seed))
+  settings = train.dataset_settings(config, data_lib.as_dataset(x[:600], y[:600], z[:600]),
+                                    split.train.shape[0])
+  assert settings.num_labels == split.train.shape[0] == 480
+  assert sorted(np.concatenate([split.train, split.held_out])) == list(range(600))
 
 
 @pytest.mark.parametrize("arrays, message", [

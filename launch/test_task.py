@@ -1,0 +1,35 @@
+r"""Fits the paper's evaluations (confound, adjustment, emergence, Pareto) and runs the toy.
+
+  python -m launch.test_task --config=test_task:cpu
+  python -m launch.test_task --config=test_task:cpu --config.data.source=toy
+  python -m launch.test_task --config=test_task:cpu --config.data.source=folder \
+      --config.data.folder=/path/to/training-on-the-test-task   # a clone, or your own results
+
+The 337 official files are fetched once into the data cache (``core.datasets``). Results
+(every fit, the bootstrap intervals, the emergence points, the toy's fits) land in
+``<workdir>/results.json``, the figures beside it.
+"""
+
+from launch import common
+
+_CONFIG = common.define_config("test_task")
+
+
+def main(argv):
+  del argv
+  common.setup()
+  from jaxlib_papers.test_task import plotting, train  # pylint: disable=g-import-not-at-top
+  workdir = common.workdir("test_task")
+  result = train.run(_CONFIG.value, workdir)
+  if result.table is not None:
+    common.save_figure(plotting.figure1(result.table, result.benchmarks), workdir / "fig1.png")
+    common.save_figure(plotting.emergence_figure(result.table, result.benchmarks),
+                       workdir / "emergence.png")
+    common.save_figure(plotting.pareto_figure(result.table, result.benchmarks),
+                       workdir / "pareto.png")
+  common.save_figure(plotting.toy_figure(result.toy_models[0], result.toy[0]),
+                     workdir / "toy.png")
+
+
+if __name__ == "__main__":
+  common.main(main, "test_task")
