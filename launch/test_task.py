@@ -21,14 +21,8 @@ def main(argv):
   from jaxlib_papers.test_task import plotting, train  # pylint: disable=g-import-not-at-top
   workdir = common.workdir("test_task")
   result = train.run(_CONFIG.value, workdir)
-  if result.table is not None:
-    common.save_figure(plotting.figure1(result.table, result.benchmarks), workdir / "fig1.png")
-    common.save_figure(plotting.emergence_figure(result.table, result.benchmarks),
-                       workdir / "emergence.png")
-    common.save_figure(plotting.pareto_figure(result.table, result.benchmarks),
-                       workdir / "pareto.png")
-  common.save_figure(plotting.toy_figure(result.toy_models[0], result.toy[0]),
-                     workdir / "toy.png")
+  for stem, fig in plotting.all_figures(result).items():
+    common.save_figure(fig, workdir / f"{stem}.png")
 
 
 if __name__ == "__main__":

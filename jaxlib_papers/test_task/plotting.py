@@ -153,3 +153,15 @@ def toy_figure(models: toy.ToyModels, fit: toy.ToyFit) -> Figure:
                  fontsize=9)
     ax.legend(fontsize=7)
   return fig
+
+
+def all_figures(result) -> dict[str, Figure]:
+  """Every figure of a ``train.RunResult`` by file stem: ``fig1``, ``emergence``, ``pareto``
+  (when the official table was fitted) and ``toy`` (the launcher and the check save these)."""
+  out = {}
+  if result.table is not None:
+    out["fig1"] = figure1(result.table, result.benchmarks)
+    out["emergence"] = emergence_figure(result.table, result.benchmarks)
+    out["pareto"] = pareto_figure(result.table, result.benchmarks)
+  out["toy"] = toy_figure(result.toy_models[0], result.toy[0])
+  return out

@@ -150,12 +150,5 @@ def check(ctx: Context) -> list[Claim]:
 
 
 def _save_figures(ctx: Context, result: train.RunResult) -> None:
-  out = ctx.report_dir
-  if result.table is not None:
-    figures.save(plotting.figure1(result.table, result.benchmarks), out / "test_task_fig1.png")
-    figures.save(plotting.emergence_figure(result.table, result.benchmarks),
-                 out / "test_task_emergence.png")
-    figures.save(plotting.pareto_figure(result.table, result.benchmarks),
-                 out / "test_task_pareto.png")
-  figures.save(plotting.toy_figure(result.toy_models[0], result.toy[0]),
-               out / "test_task_toy.png")
+  for stem, fig in plotting.all_figures(result).items():
+    figures.save(fig, ctx.report_dir / f"test_task_{stem}.png")
