@@ -11,8 +11,9 @@ for every pair:
    protected text <= 12 tokens and >= 4x below the single models;
 3. CP-Delta stays close to the single models (its 95th percentile >= half theirs);
 4. the shared passage is still reproduced by CP-Fuse (LCS >= 5/6 of the continuation);
-5. utility: CP-Fuse held-out perplexity <= 1.10x the worse single model's, >= 95% of
-   sampled free generations parse under the grammar, and fusion does not lower the parse
+5. utility: CP-Fuse held-out perplexity <= 1.10x the worse single model's, its sampled
+   free generations parse under the grammar as often as the single models' (the paper's
+   pass@1 comparison), and fusion does not lower the parse
    rate below the worse single model's (by more than 0.05);
 6. the grid objective is never below the exact solver's (on both decodes' states);
 7. the exact solver also protects (95th percentile <= 12);
@@ -160,11 +161,16 @@ def _utility_claims(all_stats: list[dict]) -> list[Claim]:
                             "CP-Delta {cp_delta:.3f}".format(**s["perplexity"]), ppl_ok)
   claims.append(Claim("utility: CP-Fuse held-out perplexity <= 1.10x the worse single model",
                       PAPER_UTILITY, ours, ok))
+  # The paper's utility comparison is CP-Fuse's pass@1 against the overfit models' own
+  # (Table 2: +0.04, -0.01, -0.01); a free generation that parses is our pass. (An absolute
+  # ">= 95% parse" of ours, not the paper's, was replaced: issue 33, seeds/cp_fuse.md.)
   ours, ok = each(lambda s: "grammatical CP-Fuse {cp_fuse:.3f}, exact {cp_fuse_exact:.3f}, "
                             "models {model_1:.3f}/{model_2:.3f}".format(**s["grammatical"]),
-                  lambda s: s["grammatical"]["cp_fuse"] >= 0.95)
-  claims.append(Claim("utility: >= 95% of sampled CP-Fuse free generations parse",
-                      "fluency preserved (paper)", ours, ok))
+                  lambda s: s["grammatical"]["cp_fuse"] >= 0.5 * (
+                      s["grammatical"]["model_1"] + s["grammatical"]["model_2"]) - 0.01)
+  claims.append(Claim("utility: CP-Fuse free generations parse as often as the single "
+                      "models' (>= their mean - 0.01)",
+                      "pass@1 CP-Fuse vs overfit: 0.47/0.43, 0.43/0.44, 0.28/0.29", ours, ok))
   ours, ok = each(lambda s: "sentences parsing: CP-Fuse {cp_fuse:.3f}, models "
                             "{model_1:.3f}/{model_2:.3f}".format(**s["sentences"]),
                   lambda s: s["grammatical"]["cp_fuse"] >= min(
