@@ -89,6 +89,38 @@ def rca_metrics(scores: np.ndarray, labels: np.ndarray, max_k: int = 10) -> dict
   return {"ac": ac.tolist(), "avg": avg.tolist()}
 
 
+def epsilon_diagnosis_scores(series: np.ndarray, window: int = 10) -> np.ndarray:
+  """epsilon-Diagnosis (Shan et al., WWW 2019), the paper's baseline, per step and variable.
+
+  A variable that changed at step t has lost its similarity between the ``window`` samples
+  before t and the ``window`` samples from t on: the score is 1 - rho^2, rho the Pearson
+  correlation of the two windows paired sample by sample (the two-sample similarity the
+  method thresholds). Windows are cut to m = min(window, t, T - t) samples; steps with
+  m < 3, or a constant window, score 0.
+
+  Args:
+    series: [n, T, p] observed values.
+    window: samples on each side.
+
+  Returns:
+    [n, T, p] scores (higher = more likely a root cause).
+  """
+  x = np.asarray(series, np.float64)
+  n, length, p = x.shape
+  out = np.zeros((n, length, p))
+  for t in range(length):
+    m = min(window, t, length - t)
+    if m < 3:
+      continue
+    a = x[:, t - m:t] - x[:, t - m:t].mean(axis=1, keepdims=True)
+    b = x[:, t:t + m] - x[:, t:t + m].mean(axis=1, keepdims=True)
+    va, vb = (a * a).sum(axis=1), (b * b).sum(axis=1)
+    ok = (va > 0) & (vb > 0)
+    cov = (a * b).sum(axis=1)
+    out[:, t] = np.where(ok, 1.0 - cov ** 2 / np.where(ok, va * vb, 1.0), 0.0)
+  return out
+
+
 def pot_threshold(values: np.ndarray, risk: float = 1e-2, level: float = 0.98) -> float:
   """Peaks-over-threshold (SPOT's initial batch): the 1 - risk quantile of ``values``.
 

@@ -86,6 +86,7 @@ def _paper_kl_claim(run: _Run) -> Claim:
 
 def _other_claims(run: _Run) -> list[Claim]:
   a, var, raw, p = run.methods["aerca"], run.methods["var"], run.methods["raw"], run.p
+  eps = run.methods["eps_diagnosis"]
   strict = "strict win" if a["avg"][9] > var["avg"][9] else "no strict win"
   claims = [
       Claim(f"{run.tag}: graph AUROC >= 0.9 and >= VAR's + 0.1", run.paper["auroc"],
@@ -94,11 +95,14 @@ def _other_claims(run: _Run) -> list[Claim]:
             a["auroc"] >= 0.9 and a["auroc"] >= var["auroc"] + 0.1),
       Claim(f"{run.tag}: AC@1 >= 0.85", f"AC@1/3/5/10 {run.paper['ac']}", run.ranking,
             a["ac"][0] >= 0.85),
-      Claim(f"{run.tag}: Avg@10 >= raw-value z-scores' + 0.05",
-            f"{run.paper['avg10']} (baselines: RCD .878 nonlinear, .421 Lorenz-96)",
-            f"{a['avg'][9]:.3f} vs raw {raw['avg'][9]:.3f}; Avg@{p - 1} "
-            f"{run.avg_below_p:.3f} vs raw {raw['avg'][p - 2]:.3f}",
-            a["avg"][9] >= raw["avg"][9] + 0.05),
+      # The paper's comparison is with its baselines (epsilon-Diagnosis, RCD, CIRCA); a
+      # raw-value z-score is ours, reported beside it (issue 33, seeds/aerca.md).
+      Claim(f"{run.tag}: Avg@10 >= epsilon-Diagnosis' + 0.05 (the paper's baseline)",
+            f"{run.paper['avg10']} (eps-Diag linear .95, LV .158; RCD .878 nonlinear, "
+            ".421 Lorenz-96)",
+            f"{a['avg'][9]:.3f} vs eps-Diag {eps['avg'][9]:.3f} (raw z {raw['avg'][9]:.3f}); "
+            f"Avg@{p - 1} {run.avg_below_p:.3f} vs eps-Diag {eps['avg'][p - 2]:.3f}",
+            a["avg"][9] >= eps["avg"][9] + 0.05),
       Claim(f"{run.tag}: Avg@10 not worse than VAR-residual z-scores (report a strict win)",
             "- (no VAR-residual RCA baseline in the paper)",
             f"{a['avg'][9]:.4f} vs VAR {var['avg'][9]:.4f} ({strict}); Avg@{p - 1} "

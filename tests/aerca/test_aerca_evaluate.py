@@ -74,3 +74,16 @@ def test_var_fit_recovers_a_linear_var():
   assert s.shape == (3, 9999, 2)
   np.testing.assert_allclose(s.std(), 0.5, rtol=0.05)
   np.testing.assert_allclose(ev.var_graph(coef), np.abs(coef[0]))
+
+
+def test_epsilon_diagnosis_is_one_minus_squared_window_correlation():
+  rng = np.random.default_rng(4)
+  x = rng.standard_normal((2, 40, 3))
+  x[:, 20:30, 1] = 3.0 * x[:, 10:20, 1] + 5.0     # after-window a linear image of the before
+  got = ev.epsilon_diagnosis_scores(x, window=10)
+  assert got.shape == x.shape
+  assert np.allclose(got[:, 20, 1], 0.0, atol=1e-12)
+  for i, t, j, m in ((0, 20, 0, 10), (1, 7, 2, 7), (0, 35, 2, 5)):
+    rho = np.corrcoef(x[i, t - m:t, j], x[i, t:t + m, j])[0, 1]
+    np.testing.assert_allclose(got[i, t, j], 1.0 - rho ** 2, rtol=1e-12)
+  assert np.all(got[:, :3] == 0.0) and np.all(got[:, -2:] == 0.0)   # m < 3: no score
