@@ -1,98 +1,142 @@
-r"""Seconds per training epoch of AERCA: seeds vmapped in one compiled scan vs one seed.
+r"""Seconds per AERCA training epoch: ours beside the official PyTorch code, alternating, and
+the seeds-vmapped throughput of ours.
 
-  OPENBLAS_NUM_THREADS=1 python benchmarks/aerca.py --dataset=nonlinear --preset=cpu \
-      --seeds=1,3,8 --repeats=3 [--official_dir=/path/to/AERCA]
+  OPENBLAS_NUM_THREADS=1 PYTHONPATH=. python benchmarks/aerca.py --dataset=nonlinear \
+      --preset=cpu --seeds=1,3,8 --repeats=5 [--official_dir=/path/to/AERCA --torch_threads=2]
 
-For each seed count: compile seconds of one ``train_step`` (``epochs_per_step`` epochs,
-reported apart), the median seconds per epoch over ``--repeats`` calls after warm-up, and
-epochs per second summed over seeds. The official PyTorch code trains one seed with one
-Python-level optimizer step per series; with ``--official_dir`` (a user checkout with
-torch installed) its ``AERCA._training_step`` is timed on the same series for one epoch
-of 8 steps. Without it only ours is printed (torch is not a dependency of this suite).
+One epoch is what both codes do per epoch: one optimiser step per training series (the
+whole series is the batch) and the summed validation loss over the validation series (the
+official ``AERCA._training`` loop: ``_training_step`` + ``loss.backward`` +
+``optimizer.step`` per series, then ``_training_step`` under ``torch.no_grad`` per
+validation series; its per-epoch checkpoint write to disk is left out, as ours keeps the
+best parameters in memory). Ours is one compiled ``train_step`` of ``epochs_per_step``
+epochs (``lax.scan`` over series and epochs), divided by ``epochs_per_step``.
+
+Side by side (``--official_dir``, a checkout of hanxiao0607/AERCA with torch importable):
+one seed, both codes timed one epoch at a time in turns, ``--repeats`` pairs after one
+warm-up each; printed as median (min-max) and the per-pair ratio official / ours, with the
+thread counts of both sides (XLA:CPU uses every core the process may run on; torch gets
+``--torch_threads``, default the same number of cores). Then, ours alone: seconds per
+epoch of S seeds vmapped in one program, and their time as a multiple of one seed's
+(vmapping buys throughput when S seeds cost less than S x one seed).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import jax  # noqa: E402
+import numpy as np  # noqa: E402
 
 from jaxlib_papers.aerca import kernel as K  # noqa: E402
 from jaxlib_papers.aerca import train  # noqa: E402
 from jaxlib_papers.aerca.configs.default import dataset_config  # noqa: E402
 from jaxlib_papers.aerca.models import Networks  # noqa: E402
+from jaxlib_papers.core import timing  # noqa: E402
 
 
-def bench_ours(config, parts, num_seeds, repeats):
+def ours_epoch(config, parts, num_seeds):
+  """(compile seconds, a callable running ``epochs_per_step`` epochs, epochs_per_step)."""
   nets = Networks(int(config.data.num_vars), int(config.model.lag),
                   int(config.model.hidden), int(config.model.layers))
-  per_step = int(config.optim.epochs_per_step)
   settings = train.settings_from_config(config)
   kern = K.make_train_kernel(nets, settings.loss, parts["fit"], parts["val"],
                              settings.train._replace(num_seeds=num_seeds, patience=10 ** 6))
-  state = jax.jit(kern.init)(jax.random.key(0))
+  box = {"state": jax.jit(kern.init)(jax.random.key(0))}
   start = time.perf_counter()
-  step = jax.jit(kern.train_step).lower(state, None).compile()
+  step = jax.jit(kern.train_step).lower(box["state"], None).compile()
   compile_s = time.perf_counter() - start
-  state, _ = jax.block_until_ready(step(state, None))
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    state, metrics = jax.block_until_ready(step(state, None))
-    times.append(time.perf_counter() - start)
-  return compile_s, statistics.median(times) / per_step
+
+  def run():
+    box["state"], _ = jax.block_until_ready(step(box["state"], None))
+  run()   # warm-up
+  return compile_s, run, int(config.optim.epochs_per_step)
 
 
-def bench_official(official_dir, config, parts, repeats):
+def official_epoch(official_dir, config, parts, torch_threads):
+  """(the torch module, a callable running one official epoch)."""
   sys.path.insert(0, official_dir)
   import torch  # pylint: disable=g-import-not-at-top
   from models import aerca as official  # pylint: disable=g-import-not-at-top
-  torch.set_num_threads(2)
+  torch.set_num_threads(torch_threads)
   model = official.AERCA(num_vars=int(config.data.num_vars),
                          hidden_layer_size=int(config.model.hidden),
                          num_hidden_layers=int(config.model.layers), device="cpu",
                          window_size=int(config.model.lag), lr=float(config.optim.lr))
-  times = []
-  for _ in range(repeats + 1):
-    start = time.perf_counter()
-    for x in parts["fit"]:
+  # numpy series, as its main.py passes them (encoding() windows them with numpy)
+  fit, val = [np.asarray(x) for x in parts["fit"]], [np.asarray(x) for x in parts["val"]]
+
+  def run():
+    model.train()
+    for x in fit:
       model.optimizer.zero_grad()
       loss = model._training_step(x)  # pylint: disable=protected-access
       loss.backward()
       model.optimizer.step()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times[1:])
+    model.eval()
+    with torch.no_grad():
+      for x in val:
+        model._training_step(x).item()  # pylint: disable=protected-access
+  run()   # warm-up
+  return torch, run
 
 
-def main():
+def _seconds(fn) -> float:
+  start = time.perf_counter()
+  fn()
+  return time.perf_counter() - start
+
+
+def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--dataset", default="nonlinear")
   parser.add_argument("--preset", default="cpu")
   parser.add_argument("--seeds", default="1,3,8")
-  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--official_dir", default=None)
-  args = parser.parse_args()
+  parser.add_argument("--torch_threads", type=int, default=len(os.sched_getaffinity(0)))
+  args = parser.parse_args(argv)
   config = dataset_config(args.dataset, args.preset)
   parts = train.split(train.make_dataset(config), config)
   print(f"{args.dataset} {args.preset}: p={config.data.num_vars} T={config.data.length} "
         f"K={config.model.lag} H={config.model.hidden} L={config.model.layers}, "
-        f"{len(parts['fit'])} training series per epoch, backend {jax.default_backend()}")
-  print(f"{'seeds':>6} {'compile s':>10} {'s/epoch':>9} {'seed-epochs/s':>14}")
-  for num_seeds in [int(s) for s in args.seeds.split(",")]:
-    compile_s, per_epoch = bench_ours(config, parts, num_seeds, args.repeats)
-    print(f"{num_seeds:6d} {compile_s:10.1f} {per_epoch:9.3f} {num_seeds / per_epoch:14.2f}",
-          flush=True)
+        f"{len(parts['fit'])} training + {len(parts['val'])} validation series per epoch")
+
+  compile_s, ours, per_step = ours_epoch(config, parts, 1)
+  torch = None
   if args.official_dir:
-    per_epoch = bench_official(args.official_dir, config, parts, args.repeats)
-    print(f"official (PyTorch, 1 seed): {per_epoch:.3f} s/epoch")
+    torch, theirs = official_epoch(args.official_dir, config, parts, args.torch_threads)
+    ours_s, theirs_s = [], []
+    for _ in range(args.repeats):          # alternating, one pair at a time
+      ours_s.append(_seconds(ours) / per_step)
+      theirs_s.append(_seconds(theirs))
+    print(timing.machine_line(torch) + f"; XLA:CPU on {len(os.sched_getaffinity(0))} cores")
+    row = timing.side_by_side_row("aerca", "one epoch, 1 seed", ours_s, theirs_s, compile_s,
+                                  digits=3)
+    print("| hot path | what | ours s | compile s | official s | official / ours |")
+    print("|---|---|---|---|---|---|")
+    print("| " + " | ".join(row) + " |")
+    print("official functions: models/aerca.py AERCA._training_step, loss.backward, "
+          "optimizer.step (its _training loop's epoch, disk save left out)")
   else:
-    print("official code not timed (pass --official_dir=<checkout> with torch installed)")
+    print(timing.machine_line())
+    print("official code not timed (pass --official_dir=<checkout of hanxiao0607/AERCA> "
+          "with torch importable: the [bench] extra)")
+
+  print(f"\n{'seeds':>6} {'compile s':>10} {'s/epoch':>18} {'x one seed':>11}")
+  one = None
+  for num_seeds in [int(s) for s in args.seeds.split(",")]:
+    c, run, per = ours_epoch(config, parts, num_seeds)
+    samples = [_seconds(run) / per for _ in range(args.repeats)]
+    median = float(np.median(samples))
+    one = median if num_seeds == 1 else one
+    times = f"{median / one:.1f}x" if one else "-"
+    print(f"{num_seeds:6d} {c:10.1f} {timing.spread(samples, 3):>18} {times:>11}", flush=True)
 
 
 if __name__ == "__main__":
