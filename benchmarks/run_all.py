@@ -384,6 +384,33 @@ def single_index_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
   return {"chain_samples": lambda: build("chain"), "full_samples": lambda: build("full")}
 
 
+# --------------------------------------------------------------------------- creativity
+
+
+def creativity_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
+  """Matching statistics of a batch of texts against a corpus index (the generated
+  stand-in corpus of the preset's size: no download), every position of every text."""
+  import numpy as np
+
+  from jaxlib_papers.creativity import corpus, data, kernel
+  from jaxlib_papers.creativity.configs import default
+
+  def queries() -> HotPath:
+    config = default.get_config(preset)
+    spec = config.data
+    sources = data.generated(0, int(spec.generated_documents), int(spec.generated_length),
+                             int(spec.generated_vocab))
+    index = corpus.build(sources.corpus, int(config.index.width), sources.vocab_size)
+    rng = np.random.default_rng(0)
+    texts = data.chunks(sources.held_out, int(spec.num_texts), int(spec.text_length), rng)
+    batch, _ = corpus.pad_texts(texts, index, 1)
+    return HotPath(kernel.matching_statistics, (index.table, batch), batch.size, "position",
+                   f"{index.table.size} corpus tokens, W={index.table.width}, "
+                   f"{batch.shape[0]} texts x {batch.shape[1]} words")
+
+  return {"matching_statistics": queries}
+
+
 # ---------------------------------------------------------------------------- test_task
 
 
@@ -410,6 +437,72 @@ def test_task_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
   return {"bootstrap": bootstrap}
 
 
+# ---------------------------------------------------------------------------- sae_split
+
+
+def sae_split_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
+  """SAE's dense soft max over the training set (N x N logsumexp), forward and backward of
+  the Lagrangian, at N = 400 / 2,000 / 4,361 (EGFR's size at ``full``), float32, on
+  generated 2,048-bit fingerprints; and one extragradient iteration with the top-k table
+  (k = 128, the ``cpu`` preset's readout)."""
+  from jaxlib_papers.sae_split import data, kernel, splitter
+
+  num = {"smoke": 400, "cpu": 2000, "full": 4361}[preset]
+
+  def build(neighbours: int) -> HotPath:
+    fps = data.generated(num, seed=0).fingerprints
+    table = splitter._table_program(jnp.asarray(fps), neighbours or num, 512)  # pylint: disable=protected-access
+    problem = splitter.make_problem(table, kernel.make_target((0, 1 / 3, 2 / 3, 1),
+                                                              (1 / 3,) * 3), 0.2)
+    settings = kernel.Settings(lam=2.03e-3)
+    if neighbours == 0:
+      fn = jax.jit(jax.grad(lambda t, m, p: kernel.lagrangian(t, m, p, settings)[0],
+                            argnums=(0, 1)))
+      logits = jax.random.normal(jax.random.key(0), (num,))
+      return HotPath(fn, (logits, jnp.float32(0.1), problem), 1, "pass",
+                     f"dense soft max, N={num}, forward + backward")
+    state = kernel.init_state(jax.random.key(0), problem, settings)
+    fn = jax.jit(lambda s, p: kernel.extragradient_step(s, p, settings))
+    return HotPath(fn, (state, problem), 1, "iteration",
+                   f"extragradient, top-k k={neighbours}, N={num}")
+
+  return {"dense_softmax_grad": lambda: build(0), "topk_iteration": lambda: build(128)}
+
+
+# ------------------------------------------------------------------------- unbalanced_fm
+
+
+def unbalanced_fm_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
+  """One training step of every docking member (cutoff x energy weight x seed, vmapped):
+  a B x B candidate batch of the seed's pool, the cutoff coupling, weighted CFM + energy."""
+  import numpy as np
+
+  from jaxlib_papers.unbalanced_fm import geometry, kernel, problems, train
+  from jaxlib_papers.unbalanced_fm.configs import default
+
+  def dock_step() -> HotPath:
+    config = default.get_config(preset)
+    settings = train.settings_from_config(config, 24)
+    ligand = problems.make_ligand()
+    rng = np.random.default_rng(0)
+    size, batch = int(config.coupling.pool), int(config.dock.batch)
+    apo = problems.sample_apo(rng, ligand, size)[None]
+    holo = problems.sample_holo(rng, ligand, size)[0][None]
+    cost = jax.jit(jax.vmap(geometry.pairwise_rmsd))(apo, holo)
+    pools = kernel.DockPools(jnp.asarray(apo.reshape(1, size, -1)),
+                             jnp.asarray(holo.reshape(1, size, -1)), cost)
+    delta, weight, seed = train.dock_members(settings)
+    k = kernel.make_kernel(settings.net, kernel.dock_draw(pools, batch),
+                           train.energy_fn(ligand), (delta, weight, np.zeros_like(seed)), 1,
+                           seed)
+    state = k.init(jax.random.key(0))
+    return HotPath(lambda s: k.train_step(s, None)[1]["loss"], (state,), len(delta),
+                   "member step", f"{len(delta)} members, B={batch}, pool {size}, "
+                                  f"MLP {settings.net.hidden} x {settings.net.depth}")
+
+  return {"dock_step": dock_step}
+
+
 # The registry: one line per method. A builder imports its package lazily; a method whose
 # package is absent is skipped. (aerca, cca, identifiability and cp_fuse: add their line
 # here when their packages land.)
@@ -420,7 +513,10 @@ HOT_PATHS: dict[str, Callable[[str], dict[str, Callable[[], HotPath]]]] = {
     "minimax": minimax_hot_paths,
     "linear_rl": linear_rl_hot_paths,
     "single_index": single_index_hot_paths,
+    "creativity": creativity_hot_paths,
     "test_task": test_task_hot_paths,
+    "sae_split": sae_split_hot_paths,
+    "unbalanced_fm": unbalanced_fm_hot_paths,
 }
 
 

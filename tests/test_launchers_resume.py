@@ -35,6 +35,7 @@ LAUNCHERS = {
             "--config.eval.num_samples=256", "--config.eval.error_timesteps=()",
             "--config.eval.sample_steps=(10,)"],
     "ruot": ["--config=ruot:smoke"],
+    "unbalanced_fm": ["--config=unbalanced_fm:smoke"],
 }
 
 # Launchers whose smoke run is compile-bound run at LLVM -O0 (~20% less; the three runs of a

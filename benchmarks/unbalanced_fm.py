@@ -1,0 +1,140 @@
+r"""Unbalanced FM speed: one coupling + FM step, ours and torchcfm's exact / unbalanced samplers.
+
+  pip install -e .[bench]     # torch (a CPU build), torchcfm, POT
+  OPENBLAS_NUM_THREADS=1 PYTHONPATH=. python benchmarks/unbalanced_fm.py --official_dir=torchcfm
+  OPENBLAS_NUM_THREADS=1 PYTHONPATH=. python benchmarks/unbalanced_fm.py        # ours only
+
+What is timed, at the same sizes on both sides: a batch of B apo and B holo conformers of
+the ligand toy (flattened, D = 24), a coupling of the B x B batch, and one Adam step of
+conditional FM on a velocity MLP (width ``--hidden``, 3 hidden layers, time as an input).
+
+* ours: one training step of ``kernel.make_kernel`` (the paper's cutoff rule on Kabsch
+  RMSD costs from the seed's pool: fixed-shape pairs and weights, the masked CFM loss, jit
+  compiled), for 1 member and for ``--members`` members vmapped in one program; and the
+  KL-relaxed unbalanced plan of ott-jax (``couplings.uot_plan``) on the same B x B batch.
+* torchcfm (``--official_dir=torchcfm``: the installed package, or a checkout's folder put
+  on ``sys.path``): ``OTPlanSampler(method="exact")`` and ``OTPlanSampler(method=
+  "unbalanced", reg, reg_m)`` (POT on the host, squared Euclidean costs: torchcfm has no
+  Kabsch cost and no cutoff rule), ``ConditionalFlowMatcher(sigma=0)``'s
+  ``sample_location_and_conditional_flow`` and one torch Adam step on the same MLP shape.
+
+Each row: the median seconds per step over ``--repeats`` timed calls after a warm-up call
+(which compiles ours). Without ``--official_dir`` or without torch / torchcfm installed only
+ours is timed, and the script says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from jaxlib_papers.unbalanced_fm import couplings, geometry, kernel, problems  # noqa: E402
+
+
+def _median_seconds(fn, repeats: int) -> float:
+  fn()
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
+def ours(batch: int, hidden: int, members: int, repeats: int) -> dict[str, float]:
+  """Seconds per step of our cutoff + FM step (1 and ``members`` members) and of the UOT
+  plan on the same batch."""
+  rng = np.random.default_rng(0)
+  ligand = problems.make_ligand()
+  apo = problems.sample_apo(rng, ligand, 4 * batch)[None]
+  holo = problems.sample_holo(rng, ligand, 4 * batch)[0][None]
+  cost = jax.jit(jax.vmap(geometry.pairwise_rmsd))(apo, holo)
+  pools = kernel.DockPools(jnp.asarray(apo.reshape(1, -1, 24)),
+                           jnp.asarray(holo.reshape(1, -1, 24)), cost)
+  net = kernel.NetSettings(24, hidden, 3, 32)
+  out = {}
+  for r in (1, members):
+    member_args = (np.full(r, 1.0, np.float32), np.zeros(r, np.float32), np.zeros(r, np.int32))
+    k = kernel.make_kernel(net, kernel.dock_draw(pools, batch), None, member_args, 1,
+                           np.arange(r))
+    state = k.init(jax.random.key(0))
+    step = jax.jit(k.train_step)
+    holder = {"state": state}
+
+    def call(step=step, holder=holder):
+      holder["state"], metrics = step(holder["state"], None)
+      jax.block_until_ready(metrics["loss"])
+
+    out[f"ours cutoff + FM step, {r} member(s)"] = _median_seconds(call, repeats) / r
+  sub = cost[0, :batch, :batch]
+  uot = jax.jit(lambda c: couplings.uot_plan(c, 0.05, 0.9, 0.9))
+  out["ours ott-jax UOT plan (B x B)"] = _median_seconds(
+      lambda: jax.block_until_ready(uot(sub)), repeats)
+  return out
+
+
+def official(batch: int, hidden: int, repeats: int) -> dict[str, float]:
+  """Seconds per step of torchcfm's exact and unbalanced samplers + one FM Adam step."""
+  import torch  # pylint: disable=g-import-not-at-top
+  from torchcfm.conditional_flow_matching import ConditionalFlowMatcher  # pylint: disable=g-import-not-at-top
+  from torchcfm.optimal_transport import OTPlanSampler  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  ligand = problems.make_ligand()
+  x0 = torch.tensor(problems.sample_apo(rng, ligand, batch).reshape(batch, -1))
+  x1 = torch.tensor(problems.sample_holo(rng, ligand, batch)[0].reshape(batch, -1))
+  layers = [torch.nn.Linear(25, hidden), torch.nn.SiLU()]
+  for _ in range(2):
+    layers += [torch.nn.Linear(hidden, hidden), torch.nn.SiLU()]
+  model = torch.nn.Sequential(*layers, torch.nn.Linear(hidden, 24))
+  opt = torch.optim.Adam(model.parameters(), 1e-3)
+  matcher = ConditionalFlowMatcher(sigma=0.0)
+  out = {}
+  for name, sampler in (("exact", OTPlanSampler(method="exact")),
+                        ("unbalanced", OTPlanSampler(method="unbalanced", reg=0.05,
+                                                     reg_m=1.0))):
+    def call(sampler=sampler):
+      a, b = sampler.sample_plan(x0, x1)
+      t, xt, ut = matcher.sample_location_and_conditional_flow(a, b)
+      loss = ((model(torch.cat([xt, t[:, None]], -1)) - ut) ** 2).mean()
+      opt.zero_grad()
+      loss.backward()
+      opt.step()
+
+    out[f"torchcfm {name} sampler + FM step"] = _median_seconds(call, repeats)
+  return out
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--official_dir", default=None)
+  parser.add_argument("--batch", type=int, default=128)
+  parser.add_argument("--hidden", type=int, default=64)
+  parser.add_argument("--members", type=int, default=12)
+  parser.add_argument("--repeats", type=int, default=20)
+  args = parser.parse_args()
+  rows = ours(args.batch, args.hidden, args.members, args.repeats)
+  if args.official_dir:
+    if os.path.isdir(args.official_dir):
+      sys.path.insert(0, os.path.abspath(args.official_dir))
+    try:
+      rows |= official(args.batch, args.hidden, args.repeats)
+    except ImportError as error:
+      print(f"official side not timed (torch / torchcfm not importable: {error})")
+  else:
+    print("official side not timed (no --official_dir): ours only")
+  print(f"B = {args.batch}, D = 24, MLP width {args.hidden} x 3, {jax.default_backend()}")
+  for name, seconds in rows.items():
+    print(f"  {name:48s} {1e3 * seconds:8.2f} ms / step (per member)")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,133 @@
+"""Point clouds: Kabsch RMSD, validity and the flat-bottom energy (JAX, differentiable).
+
+Shapes: a conformer is ``[A, 3]`` (A atoms, Angstrom); batches carry leading axes. The
+ligand is a chain, so its bonded pairs are (i, i+1), its 1-3 pairs (i, i+2) and its
+non-local pairs |i - j| >= 3.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.typing import ArrayLike
+
+
+def check_same_atoms(x: ArrayLike, y: ArrayLike, names: tuple[str, str] = ("x", "y")
+                     ) -> None:
+  """Raises a ValueError unless ``x`` and ``y`` are ``[..., A, 3]`` with the same A."""
+  sx, sy = np.shape(x), np.shape(y)
+  for name, shape in zip(names, (sx, sy)):
+    if len(shape) < 2 or shape[-1] != 3:
+      raise ValueError(f"{name} must be a point cloud [..., atoms, 3]; got shape {shape}")
+  if sx[-2] != sy[-2]:
+    raise ValueError(f"{names[0]} and {names[1]} must have the same number of atoms; got "
+                     f"{sx[-2]} and {sy[-2]} (shapes {sx} and {sy})")
+
+
+def safe_sqrt(x: jax.Array) -> jax.Array:
+  """sqrt with a zero (not NaN) gradient at 0: the double-where form."""
+  positive = x > 0
+  return jnp.where(positive, jnp.sqrt(jnp.where(positive, x, 1.0)), 0.0)
+
+
+def kabsch_rmsd(x: ArrayLike, y: ArrayLike) -> jax.Array:
+  """RMSD after the best proper rotation and translation of ``x`` onto ``y``.
+
+  Singular values of the 3x3 covariance by SVD (closed-form eigenvalues in float32 erred by
+  .1-.3 A on planar chains), the smallest one's sign flipped when det < 0 (no reflections),
+  and a square root whose gradient is 0 (not NaN) at RMSD 0.
+
+  Args:
+    x, y: ``[..., A, 3]`` with the same A (leading axes broadcast).
+
+  Returns:
+    ``[...]`` the RMSD.
+  """
+  check_same_atoms(x, y)
+  x, y = jnp.asarray(x), jnp.asarray(y)
+  xc = x - x.mean(-2, keepdims=True)
+  yc = y - y.mean(-2, keepdims=True)
+  cov = jnp.einsum("...ad,...ae->...de", xc, yc)
+  singular = jnp.linalg.svd(cov, compute_uv=False)
+  sign = jnp.where(jnp.linalg.det(cov) < 0, -1.0, 1.0)
+  trace = singular[..., 0] + singular[..., 1] + sign * singular[..., 2]
+  msd = ((xc ** 2).sum((-1, -2)) + (yc ** 2).sum((-1, -2)) - 2 * trace) / x.shape[-2]
+  return safe_sqrt(jnp.maximum(msd, 0.0))
+
+
+def pairwise_rmsd(x0: ArrayLike, x1: ArrayLike) -> jax.Array:
+  """The cost matrix ``[n, m]`` of Kabsch RMSDs between ``x0 [n, A, 3]`` and ``x1 [m, A, 3]``,
+  gradient stopped (couplings select pairs; nothing differentiates through them)."""
+  check_same_atoms(x0, x1, ("x0", "x1"))
+  x0, x1 = jnp.asarray(x0), jnp.asarray(x1)
+  return jax.lax.stop_gradient(kabsch_rmsd(x0[:, None], x1[None, :]))
+
+
+class Geometry(NamedTuple):
+  """What validity and the energy check against (the toy's chemistry)."""
+  bond: float               # ideal bond length (A)
+  one_three: float          # ideal 1-3 distance (A)
+  slack: float              # bonds and 1-3 pairs valid within this fraction of ideal
+  nonlocal_min: float       # |i - j| >= 3 pairs at least this far apart (A)
+  pocket_min: float         # every atom at least this far from every pocket point (A)
+
+
+def chain_geometry(bond: float = 1.5, angle_deg: float = 111.0) -> Geometry:
+  """The brief's validity rules: 10% on bonds and 1-3 pairs, 2.6 A, 2.65 A to the pocket."""
+  return Geometry(bond, float(2 * bond * np.sin(np.deg2rad(angle_deg) / 2)), 0.1, 2.6, 2.65)
+
+
+def _distances(x: jax.Array) -> jax.Array:
+  diff = x[..., :, None, :] - x[..., None, :, :]
+  return safe_sqrt((diff ** 2).sum(-1))
+
+
+def _pocket_distance(x: jax.Array, pocket: jax.Array) -> jax.Array:
+  """``[..., A, P]`` distances from every atom to every pocket point."""
+  diff = x[..., :, None, :] - pocket
+  return safe_sqrt((diff ** 2).sum(-1))
+
+
+def _masks(num_atoms: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  i, j = np.triu_indices(num_atoms, 1)
+  gap = j - i
+  return (i, j), gap == 1, gap == 2
+
+
+def violations(x: ArrayLike, pocket: ArrayLike, geometry: Geometry) -> dict[str, jax.Array]:
+  """Per conformer ``[...]`` booleans: ``bonds`` (a bond or 1-3 pair off by more than the
+  slack), ``clash`` (a non-local pair too close), ``pocket`` (an atom too close to the
+  pocket), and ``valid`` (none of them). ``x: [..., A, 3]``, ``pocket: [P, 3]``."""
+  x = jnp.asarray(x)
+  (i, j), bonded, one_three = _masks(x.shape[-2])
+  d = _distances(x)[..., i, j]
+  ideal = jnp.where(bonded, geometry.bond, geometry.one_three)
+  local = bonded | one_three
+  off = jnp.abs(d - ideal) > geometry.slack * ideal
+  bonds = jnp.any(off & local, -1)
+  clash = jnp.any((d < geometry.nonlocal_min) & ~local, -1)
+  near = _pocket_distance(x, jnp.asarray(pocket)).min((-1, -2)) < geometry.pocket_min
+  return {"bonds": bonds, "clash": clash, "pocket": near, "valid": ~(bonds | clash | near)}
+
+
+def flat_bottom_energy(x: ArrayLike, pocket: ArrayLike, geometry: Geometry) -> jax.Array:
+  """The flat-bottom energy ``[...]`` of conformers ``x [..., A, 3]``: zero on valid ones.
+
+  Linear hinges (the official relaxation loss's shape): a bond or 1-3 pair outside its
+  slack band, a non-local pair below ``nonlocal_min``, an atom closer than ``pocket_min``
+  to a pocket point. The flat bottom sits at the validity bounds (the code's .75/1.25/.8
+  factors scale RDKit bounds this toy does not have).
+  """
+  x = jnp.asarray(x)
+  (i, j), bonded, one_three = _masks(x.shape[-2])
+  d = _distances(x)[..., i, j]
+  ideal = jnp.where(bonded, geometry.bond, geometry.one_three)
+  local = bonded | one_three
+  band = jax.nn.relu(jnp.abs(d - ideal) - geometry.slack * ideal)
+  near = jax.nn.relu(geometry.nonlocal_min - d)
+  pair = jnp.where(local, band, near).sum(-1)
+  pocket_term = jax.nn.relu(geometry.pocket_min - _pocket_distance(x, jnp.asarray(pocket)))
+  return pair + pocket_term.sum((-1, -2))
