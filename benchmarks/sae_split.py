@@ -1,19 +1,23 @@
 r"""One SAE solver iteration at N = 4,361 (EGFR): ours and the official PyTorch closure.
 
   git clone https://github.com/Amshoreline/SAE /tmp/SAE   # the official code (PyTorch)
-  OPENBLAS_NUM_THREADS=1 PYTHONPATH=. python benchmarks/sae_split.py \
-      --official_dir=/tmp/SAE [--iterations=20] [--repeats=5]
+  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 PYTHONPATH=. \
+      python benchmarks/sae_split.py --official_dir=/tmp/SAE [--iterations=20] \
+      [--official_iterations=2] [--repeats=7] [--threads=<cores>]
 
-Same problem on both sides: EGFR's Morgan fingerprints (``core.datasets``; offline a
-generated stand-in of the same size, said so), the balanced 3-bin target, a = 0.2, s = 100,
+Same problem on both sides: EGFR's Morgan fingerprints (``core.datasets``; offline the
+official clone's ``demo_input/IC50_EGFR.csv``, sha256-checked, else a generated stand-in of
+the same size, said so), the balanced 3-bin target, a = 0.2, s = 100,
 sigma = 0.1, lam 2.03e-3, ExtraAdam lr 1e-2 and the custom start. One *iteration* is the
 whole extragradient step (two gradients of the Lagrangian, two Adam updates). Ours: the
 compiled ``kernel.extragradient_step`` in float32, ``--iterations`` per call in one
 ``fori_loop``, with the top-k table (k = 128, the ``cpu`` preset) and the dense readout
 (every column, the official arithmetic). Official: ``MaximumBalance`` of ``SAE_split.py``
 with its vendored ``cooper`` (``LagrangianFormulation``, ``ConstrainedOptimizer`` with
-``ExtraAdam`` and the cosine dual scheduler, as ``balance_split`` builds them), S in float64
-as the official run promotes it, timed over the same number of iterations; its
+``ExtraAdam`` and the cosine dual scheduler, as ``balance_split`` builds them), C, sigmas
+and E float32 and S float64 as there, the custom start's shuffle seeded 233, timed over
+``--official_iterations`` (default ``--iterations``) per call and reported per iteration;
+torch gets ``--threads`` (default: the core count, which XLA:CPU uses), both printed; the official
 binarisation every 500 iterations is left out on both sides. Runs alternate (ours,
 official, ...) after a warm-up; each row: both medians (min-max) per iteration and the
 per-pair ratio. Without ``--official_dir`` (or without torch: the ``[bench]`` extra) it
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import random
 import sys
 import time
 
@@ -41,12 +46,19 @@ from jaxlib_papers.sae_split import kernel, splitter  # noqa: E402
 EDGES, WEIGHTS, TEST_SIZE, LAM = (0.0, 1 / 3, 2 / 3, 1.0), (1 / 3,) * 3, 0.2, 2.03e-3
 
 
-def load_fingerprints() -> tuple[np.ndarray, str]:
+def load_fingerprints(official_dir: pathlib.Path | None = None) -> tuple[np.ndarray, str]:
+  name = "sae_split/IC50_EGFR.csv"
   try:
-    path, origin = datasets.locate("sae_split/IC50_EGFR.csv")
+    path, origin = datasets.locate(name)
     smiles, _ = data_lib.read_csv(path)
-    return data_lib.fingerprints(smiles), f"{origin}: sae_split/IC50_EGFR.csv"
+    return data_lib.fingerprints(smiles), f"{origin}: {name}"
   except datasets.DataUnavailable as e:
+    # Offline, the official clone ships the same file (checked against the registry).
+    path = official_dir / "demo_input" / "IC50_EGFR.csv" if official_dir else None
+    if path is not None and path.is_file():
+      datasets.verify(name, path)
+      smiles, _ = data_lib.read_csv(path)
+      return data_lib.fingerprints(smiles), f"official clone, sha256-checked: {path}"
     return (data_lib.generated(4361).fingerprints,
             f"generated stand-in, 4,361 x 2,048 (offline: {str(e)[:60]}...)")
 
@@ -70,18 +82,27 @@ def ours(fps: np.ndarray, neighbours: int, iterations: int):
   return compiled, (state, problem), time.perf_counter() - start
 
 
-def official(official_dir: pathlib.Path, fps: np.ndarray, iterations: int):
+def official(official_dir: pathlib.Path, fps: np.ndarray, iterations: int, threads: int):
   """A callable running ``iterations`` official iterations (torch, float64 S)."""
   import torch  # pylint: disable=g-import-not-at-top
+  torch.set_num_threads(threads)
   sys.path.insert(0, str(official_dir))
   import cooper  # pylint: disable=g-import-not-at-top
-  import SAE_split  # noqa: N813  pylint: disable=g-import-not-at-top
+  argv, sys.argv = sys.argv, ["SAE_split.py", "unused.yaml"]
+  try:   # SAE_split's ``def main(config_path=sys.argv[1])`` reads argv at import
+    import SAE_split  # noqa: N813  pylint: disable=g-import-not-at-top
+  finally:
+    sys.argv = argv
+  random.seed(233)   # as balance_split seeds init_custom's shuffle
+  torch.manual_seed(233)
   s = np.asarray(kernel.tanimoto(fps, fps), np.float64) * (1 - np.eye(len(fps)))
   target = kernel.make_target(EDGES, WEIGHTS, 0.1)
+  # C, sigmas and E are float32 in balance_split (torch.tensor of Python floats); only S
+  # is float64 (the numpy similarity matrix), which promotes the N x N work to float64.
   problem = SAE_split.MaximumBalance(
-      alpha=TEST_SIZE, C=torch.tensor(np.asarray(target.centres, np.float64)),
-      sigmas=torch.tensor(np.asarray(target.widths, np.float64)), S=torch.tensor(s),
-      E=torch.tensor(np.asarray(target.weights, np.float64)), lamb=LAM, scale_factor=100,
+      alpha=TEST_SIZE, C=torch.tensor(np.asarray(target.centres, np.float32)),
+      sigmas=torch.tensor(np.asarray(target.widths, np.float32)), S=torch.tensor(s),
+      E=torch.tensor(np.asarray(target.weights, np.float32)), lamb=LAM, scale_factor=100,
       sigmoid=True)
   formulation = cooper.LagrangianFormulation(problem)
   t = torch.nn.Parameter(torch.zeros(len(fps)))
@@ -105,21 +126,27 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--official_dir", type=pathlib.Path, default=None)
   parser.add_argument("--iterations", type=int, default=20)
+  parser.add_argument("--official_iterations", type=int, default=None,
+                      help="official iterations per timed call (default: --iterations)")
   parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--threads", type=int, default=os.cpu_count(),
+                      help="torch intra-op threads; XLA:CPU uses one per core")
   args = parser.parse_args()
-  fps, source = load_fingerprints()
+  official_iterations = args.official_iterations or args.iterations
+  fps, source = load_fingerprints(args.official_dir)
   print(f"data: {source}; N = {len(fps)}")
   official_run, torch = None, None
   if args.official_dir is not None:
     try:
-      official_run, torch = official(args.official_dir, fps, args.iterations)
+      official_run, torch = official(args.official_dir, fps, official_iterations,
+                                     args.threads)
       official_run()   # warm-up
     except ImportError as e:
       print(f"official side skipped: {e} (install the [bench] extra)")
       official_run = None
   else:
     print("official side: not run (no --official_dir); ours alone")
-  print(timing.machine_line(torch))
+  print(timing.machine_line(torch) + f"; XLA:CPU threads {os.cpu_count()}")
   rows = []
   for name, k in (("top-k (k=128, cpu preset)", 128), ("dense (every column)", 0)):
     compiled, call_args, compile_s = ours(fps, k, args.iterations)
@@ -131,7 +158,7 @@ def main() -> None:
       if official_run is not None:
         start = time.perf_counter()
         official_run()
-        theirs.append(1e3 * (time.perf_counter() - start) / args.iterations)
+        theirs.append(1e3 * (time.perf_counter() - start) / official_iterations)
     rows.append(timing.side_by_side_row(name, "ms / iteration (2 gradients)", mine, theirs,
                                         compile_s))
   header = ("ours", "what", "ours ms", "compile s", "official ms", "official / ours")
