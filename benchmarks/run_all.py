@@ -12,10 +12,16 @@ memory is its own):
 * steps/s: one warm-up call, then timed chunks of calls (``core.timing.time_calls``) until
   ``--seconds`` are spent; the median over chunks of steps / chunk seconds. A *step* is the
   unit of the row (a training step, a pass, a solve, an episode);
-* FLOP/s: the compiled program's ``cost_analysis()`` flops per call times calls per second
-  (median chunk). XLA counts a loop body once whatever its trip count, so for a program
-  with a loop (``lax.scan`` / ``while_loop``) the figure is a lower bound, printed ">=";
-  work done on the host (the exact OT of ruot, a ``pure_callback``) is not counted;
+* FLOP/s and bytes/s: flops and bytes accessed per call (XLA's ``cost_analysis()``, with
+  every ``lax.scan`` counted by its trip count: ``core.timing.program_cost``) times calls
+  per second (median chunk). A ``while_loop`` has no trip count before it runs: its body is
+  counted once and the figure is a lower bound, printed ">="; work done on the host (the
+  exact OT of ruot, a ``pure_callback``) is not counted;
+* of peak: the machine's own limits measured in the same process just before the hot path
+  (``core.timing.machine_peaks``: a 2048^2 float32 matmul's FLOP/s, in-place elementwise
+  passes' bytes/s), and the row's place against them by the roofline
+  (``core.timing.roofline``): "12% memory" = memory-bound (fewer flops per byte than the
+  machine's balance), at 12% of the measured bytes/s;
 * peak memory: ``memory_stats()["peak_bytes_in_use"]`` of the first device after the run,
   "n/a" where the backend keeps no statistics (CPU).
 
@@ -503,9 +509,40 @@ def unbalanced_fm_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
   return {"dock_step": dock_step}
 
 
+# ---------------------------------------------------------------------------------- aerca
+
+
+def aerca_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
+  """``epochs_per_step`` AERCA epochs of the nonlinear set (one optimiser step per training
+  series, then the validation loss), one seed and 8 seeds vmapped
+  (``kernel.make_train_kernel``'s ``train_step``; early stopping off, so every epoch runs)."""
+  from jaxlib_papers.aerca import kernel, train
+  from jaxlib_papers.aerca.configs.default import dataset_config
+  from jaxlib_papers.aerca.models import Networks
+
+  def epochs(num_seeds: int) -> Callable[[], HotPath]:
+    def build() -> HotPath:
+      config = dataset_config("nonlinear", preset)
+      parts = train.split(train.make_dataset(config), config)
+      nets = Networks(int(config.data.num_vars), int(config.model.lag),
+                      int(config.model.hidden), int(config.model.layers))
+      settings = train.settings_from_config(config)
+      kern = kernel.make_train_kernel(
+          nets, settings.loss, parts["fit"], parts["val"],
+          settings.train._replace(num_seeds=num_seeds, patience=10 ** 6))
+      state = jax.jit(kern.init)(jax.random.key(0))
+      per_call = int(config.optim.epochs_per_step)
+      return HotPath(lambda s: kern.train_step(s, None)[0], (state,), per_call * num_seeds,
+                     "seed-epoch", f"nonlinear p={config.data.num_vars}, "
+                     f"{len(parts['fit'])}+{len(parts['val'])} series, {num_seeds} seed(s), "
+                     f"L={config.model.layers}")
+    return build
+
+  return {"epoch_1_seed": epochs(1), "epoch_8_seeds": epochs(8)}
+
+
 # The registry: one line per method. A builder imports its package lazily; a method whose
-# package is absent is skipped. (aerca, cca, identifiability and cp_fuse: add their line
-# here when their packages land.)
+# package is absent is skipped. (cca, identifiability and cp_fuse: add their line here.)
 HOT_PATHS: dict[str, Callable[[str], dict[str, Callable[[], HotPath]]]] = {
     "fsbm": fsbm_hot_paths,
     "ruot": ruot_hot_paths,
@@ -517,6 +554,7 @@ HOT_PATHS: dict[str, Callable[[str], dict[str, Callable[[], HotPath]]]] = {
     "test_task": test_task_hot_paths,
     "sae_split": sae_split_hot_paths,
     "unbalanced_fm": unbalanced_fm_hot_paths,
+    "aerca": aerca_hot_paths,
 }
 
 
@@ -525,39 +563,6 @@ HOT_PATHS: dict[str, Callable[[str], dict[str, Callable[[], HotPath]]]] = {
 
 def package_present(method: str) -> bool:
   return importlib.util.find_spec(f"jaxlib_papers.{method}") is not None
-
-
-def _flops(compiled) -> float | None:
-  """Flops per call from XLA's cost analysis of ``compiled``, or None."""
-  try:
-    analysis = compiled.cost_analysis()
-  except Exception:  # noqa: BLE001  (a backend without cost analysis)
-    return None
-  if isinstance(analysis, (list, tuple)):
-    analysis = analysis[0] if analysis else None
-  flops = None if not analysis else analysis.get("flops")
-  return float(flops) if flops is not None and flops > 0 else None
-
-
-def _walk(jaxpr):
-  """Yields every equation of ``jaxpr`` and of the jaxprs nested in its equations."""
-  for eqn in jaxpr.eqns:
-    yield eqn
-    for value in eqn.params.values():
-      for item in value if isinstance(value, (tuple, list)) else (value,):
-        inner = getattr(item, "jaxpr", item)  # ClosedJaxpr -> Jaxpr
-        if hasattr(inner, "eqns"):
-          yield from _walk(inner)
-
-
-def has_loop(fn, args) -> bool:
-  """Whether ``fn(*args)`` runs a loop XLA cannot unroll into its cost count: a
-  ``while_loop`` / ``fori_loop``, or a ``scan`` of length > 1."""
-  for eqn in _walk(jax.make_jaxpr(fn)(*args).jaxpr):
-    name = eqn.primitive.name
-    if name == "while" or (name == "scan" and int(eqn.params.get("length", 2)) > 1):
-      return True
-  return False
 
 
 def _peak_bytes() -> int | None:
@@ -597,21 +602,38 @@ def measure(method: str, name: str, preset: str, seconds: float) -> dict[str, An
       spent += chunk
       rates.append(calls / chunk)
   calls_per_s = statistics.median(rates)
-  flops = _flops(compiled)
-  if hot.fn is None:
-    loop = True  # a precompiled program: assume it loops (do not claim an exact count)
-  else:
+  if hot.fn is None:  # a precompiled program: XLA's count, loops (if any) counted once
+    flops, nbytes = timing._xla_cost(compiled)  # pylint: disable=protected-access
+    exact = False
+  else:  # loops counted by their trip counts (core.timing.program_cost)
     with context():
-      loop = has_loop(hot.fn, hot.args)
+      flops, nbytes, exact = timing.program_cost(hot.fn, *hot.args, compiled=compiled)
   notes = hot.describe(output) if hot.describe else ""
   return {
       "method": method, "hot_path": name, "what": hot.what, "unit": hot.unit,
       "steps_per_s": calls_per_s * hot.steps_per_call, "calls_per_s": calls_per_s,
       "compile_s": compile_s, "chunks": len(rates), "calls_per_chunk": calls,
-      "timed_s": spent, "flops_per_call": flops, "flops_lower_bound": loop,
+      "timed_s": spent, "flops_per_call": flops, "flops_lower_bound": not exact,
+      "bytes_per_call": nbytes,
       "flops_per_s": None if flops is None else flops * calls_per_s,
+      "bytes_per_s": None if nbytes is None else nbytes * calls_per_s,
       "peak_bytes": _peak_bytes(), "notes": notes,
   }
+
+
+def of_peak(row: dict[str, Any], peaks: timing.Peaks | None) -> str:
+  """The row's place against the machine's peaks: "12% compute" (the roofline's bound and
+  the fraction of its peak reached; ">=" when a loop's count is a lower bound)."""
+  if "peaks" in row:  # measured beside the row, in its own process (run_all's children)
+    peaks = timing.Peaks(**row["peaks"])
+  if peaks is None or "error" in row or not row.get("calls_per_s"):
+    return "-"
+  cost = timing.Cost(row["flops_per_call"], row.get("bytes_per_call"),
+                     not row["flops_lower_bound"])
+  where = timing.roofline(cost, 1.0 / row["calls_per_s"], peaks)
+  if where["bound"] is None:
+    return "n/a"
+  return f"{'' if cost.exact else '>= '}{100 * where['bound_fraction']:.3g}% {where['bound']}"
 
 
 # -------------------------------------------------------------------------------- table
@@ -635,21 +657,23 @@ def _bytes(value: int | None) -> str:
   return f"{value} B"
 
 
-def format_table(rows: list[dict[str, Any]]) -> str:
-  """A markdown table of measured rows (and skipped / failed ones, with the reason)."""
+def format_table(rows: list[dict[str, Any]], peaks: timing.Peaks | None = None) -> str:
+  """A markdown table of measured rows (and skipped / failed ones, with the reason); with
+  ``peaks`` (``core.timing.machine_peaks`` of the same run) each row's fraction of them."""
   cell = lambda text: str(text).replace("|", "\\|")
-  lines = ["| method | hot path | size | steps/s | compile s | FLOP/call | FLOP/s | "
-           "peak memory | notes |", "|---|---|---|---|---|---|---|---|---|"]
+  lines = ["| method | hot path | size | steps/s | compile s | FLOP/call | FLOP/s | bytes/s | "
+           "of peak | peak memory | notes |", "|---|---|---|---|---|---|---|---|---|---|---|"]
   for row in rows:
     if "error" in row:
       lines.append(f"| {row['method']} | {row.get('hot_path', '-')} | - | - | - | - | - | - "
-                   f"| {cell(row['error'])} |")
+                   f"| - | - | {cell(row['error'])} |")
       continue
     bound = ">= " if row["flops_lower_bound"] and row["flops_per_call"] else ""
     lines.append(
         f"| {row['method']} | {row['hot_path']} | {cell(row['what'])} | "
         f"{row['steps_per_s']:.4g} {row['unit']}/s | {row['compile_s']:.1f} | "
         f"{bound}{_si(row['flops_per_call'])} | {bound}{_si(row['flops_per_s'], 'FLOP/s')} | "
+        f"{bound}{_si(row.get('bytes_per_s'), 'B/s')} | {of_peak(row, peaks)} | "
         f"{_bytes(row['peak_bytes'])} | {cell(row['notes'] or '-')} |")
   return "\n".join(lines)
 
@@ -666,8 +690,13 @@ def machine_line(preset: str, seconds: float) -> str:
 
 
 def _child(spec: str, preset: str, seconds: float) -> None:
+  """One hot path in this fresh process, and the machine's peaks measured in it just before
+  (so the row's fraction of peak compares two figures taken under the same load)."""
   method, name = spec.split("/", 1)
-  print("RESULT " + json.dumps(measure(method, name, preset, seconds)), flush=True)
+  peaks = timing.machine_peaks()
+  row = measure(method, name, preset, seconds)
+  row["peaks"] = peaks._asdict()
+  print("RESULT " + json.dumps(row), flush=True)
 
 
 def _run_child(method: str, name: str, preset: str, seconds: float,
@@ -747,8 +776,15 @@ def main(argv: list[str] | None = None) -> None:
   header = machine_line(preset, seconds)
   print(header, flush=True)
   rows = run_all(methods, preset, seconds, total)
+  measured = [r["peaks"] for r in rows if "peaks" in r]
   print()
   print(header)
+  if measured:  # each row's own peaks were measured in its process, just before it
+    flops = sorted(p["flops_per_s"] for p in measured)
+    stream = sorted(p["bytes_per_s"] for p in measured)
+    print(f"peaks measured before each hot path (its row's 'of peak' uses its own): matmul "
+          f"{flops[0] / 1e9:.1f}-{flops[-1] / 1e9:.1f} GFLOP/s, elementwise "
+          f"{stream[0] / 1e9:.1f}-{stream[-1] / 1e9:.1f} GB/s ({measured[0]['what']})")
   print(format_table(rows))
   if args.json:
     pathlib.Path(args.json).write_text(json.dumps({"machine": header, "rows": rows}, indent=1))

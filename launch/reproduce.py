@@ -290,6 +290,12 @@ def run(preset: str = "cpu", only: list[str] | None = None, data_dir=None,
 _HOLDS = {True: "yes", False: "NO", None: "not run"}
 
 
+def _holds_cell(row: dict) -> str:
+  """"yes", "not run", "NO", or "NO: <why>" for a missed claim whose check says why."""
+  why = row.get("why") or ""
+  return f"NO: {why}" if row["holds"] is False and why else _HOLDS[row["holds"]]
+
+
 def _write_report(rows, report_dir: pathlib.Path, preset, data: str) -> None:
   """``report.md`` (the claims table, a line of totals, the plots) and ``report.json``."""
   from jaxlib_papers.core import reproduce  # pylint: disable=g-import-not-at-top
@@ -301,7 +307,7 @@ def _write_report(rows, report_dir: pathlib.Path, preset, data: str) -> None:
   for r in rows:
     secs = "" if r["seconds"] is None else f"{r['seconds']:.1f}"
     lines.append(f"| {r['check']} | {_cell(r['claim'])} | {_cell(r['paper'])} | "
-                 f"{_cell(r['ours'])} | {_HOLDS[r['holds']]} | {_cell(r['data'])} "
+                 f"{_cell(r['ours'])} | {_cell(_holds_cell(r))} | {_cell(r['data'])} "
                  f"| {secs} |")
   total = reproduce.tally([r["holds"] for r in rows])
   lines += ["", f"All checks: {total}."]

@@ -39,11 +39,18 @@ def test_measure_fields_flops_and_loop_bound(monkeypatch):
   assert row["chunks"] >= 1 and row["compile_s"] > 0 and row["timed_s"] > 0
   assert row["peak_bytes"] is None or row["peak_bytes"] > 0
   looped = run_all.measure("toy", "looped", "smoke", seconds=0.1)
-  assert looped["flops_lower_bound"]       # a scan of 4: XLA counts its body once
-  table = run_all.format_table([row, looped, {"method": "gone", "error": "skipped: x"}])
+  # A scan of 4: XLA counts its body once; the row counts it 4 times (exact, no ">=").
+  assert not looped["flops_lower_bound"]
+  assert looped["flops_per_call"] == pytest.approx(4 * 2 * N**3, rel=0.02)
+  assert looped["bytes_per_s"] == pytest.approx(
+      looped["bytes_per_call"] * looped["calls_per_s"])
+  peaks = run_all.timing.Peaks(1e9, 1e9, "toy")
+  table = run_all.format_table([row, looped, {"method": "gone", "error": "skipped: x"}],
+                               peaks)
   lines = table.splitlines()
-  assert len(lines) == 5 and lines[0].count("|") == lines[2].count("|") == 10
-  assert "step/s" in lines[2] and ">= " in lines[3] and ">= " not in lines[2]
+  assert len(lines) == 5 and lines[0].count("|") == lines[2].count("|") == 12
+  assert "step/s" in lines[2] and ">= " not in lines[2] + lines[3]
+  assert "% compute" in lines[2] or "% memory" in lines[2]   # the row's share of the peak
   assert "skipped: x" in lines[4]
   with pytest.raises(ValueError, match="no hot path"):
     run_all.measure("toy", "nope", "smoke", seconds=1)

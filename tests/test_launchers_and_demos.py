@@ -136,20 +136,22 @@ def test_report_keeps_a_claim_that_could_not_run_apart_from_held_and_missed(tmp_
   the totals count it neither as held nor as missed."""
   from jaxlib_papers.core import reproduce  # pylint: disable=g-import-not-at-top
   from launch import reproduce as launcher  # pylint: disable=g-import-not-at-top
-  claims = [reproduce.Claim("a <= 1", "1", "0.5", True),
+  claims = [reproduce.Claim("a <= 1", "1", "0.5", True, why="budget: unused when held"),
             reproduce.Claim("b <= 1", "1", "2.0", False),
+            reproduce.Claim("d <= 1", "1", "3.0", False, why="budget: holds at 2x steps"),
             reproduce.Claim.not_run("c <= 1", "1", "file x offline", "none (offline: x)")]
-  assert reproduce.tally([c.holds for c in claims]) == "1/2 claims hold, 1 not run"
+  assert reproduce.tally([c.holds for c in claims]) == "1/3 claims hold, 1 not run"
   assert reproduce.tally([True, False]) == "1/2 claims hold"
   rows = [{"check": "k", **c.__dict__, "seconds": None} for c in claims]
   launcher._write_report(rows, tmp_path, "cpu", "test")  # pylint: disable=protected-access
   table = (tmp_path / "report.md").read_text().splitlines()
   cells = [line.split(" | ")[4] for line in table if line.startswith("| k |")]
-  assert cells == ["yes", "NO", "not run"]
+  # A missed claim's row says why beside NO when its check says; a held one never does.
+  assert cells == ["yes", "NO", "NO: budget: holds at 2x steps", "not run"]
   assert "| not run: file x offline | not run | none (offline: x) |" in "\n".join(table)
-  assert "All checks: 1/2 claims hold, 1 not run." in table
+  assert "All checks: 1/3 claims hold, 1 not run." in table
   assert [r["holds"] for r in json.loads((tmp_path / "report.json").read_text())] == [
-      True, False, None]
+      True, False, False, None]
 
 
 def test_units_with_registered_xla_flags_get_them_in_their_own_process(monkeypatch):

@@ -81,7 +81,18 @@ def _paper_kl_claim(run: _Run) -> Claim:
       f"paper KL AUROC {pk['auroc']:.3f}, AC@1 {pk['ac'][0]:.3f}, Avg@10 "
       f"{pk['avg'][9]:.3f} vs coded {a['auroc']:.3f}, {a['ac'][0]:.3f}, "
       f"{a['avg'][9]:.3f}{extra}",
-      pk["auroc"] >= 0.9 and pk["ac"][0] >= 0.85)
+      pk["auroc"] >= 0.9 and pk["ac"][0] >= 0.85,
+      why="follows the coded KL's graph miss (0.77 vs 0.82; reported, not tuned: "
+          "seeds/aerca.md)")
+
+
+# Why the graph claims miss where they do (issue 33; seeds/aerca.md, "Missed claims").
+_WHY_GRAPH = {
+    "nonlinear": "not budget (the official L=8, lr 1e-4, 5000 epochs: 0.806 on seed 0); "
+                 "depends on the graph draw (0.977 on an earlier one); cause open",
+    "lorenz96": "setup (cat. 3): at p=10, T=500 a linear VAR already finds the graph (0.95; "
+                "paper 0.76 at p=20, T=2000); AERCA 0.997 as the paper's 0.999",
+}
 
 
 def _other_claims(run: _Run) -> list[Claim]:
@@ -92,7 +103,8 @@ def _other_claims(run: _Run) -> list[Claim]:
       Claim(f"{run.tag}: graph AUROC >= 0.9 and >= VAR's + 0.1", run.paper["auroc"],
             f"{a['auroc']:.3f} +- {a['auroc_std']:.3f} (AUPRC {a['auprc']:.3f}) vs VAR "
             f"{var['auroc']:.3f} (AUPRC {var['auprc']:.3f})",
-            a["auroc"] >= 0.9 and a["auroc"] >= var["auroc"] + 0.1),
+            a["auroc"] >= 0.9 and a["auroc"] >= var["auroc"] + 0.1,
+            why=_WHY_GRAPH.get(run.tag.split()[0], "")),
       Claim(f"{run.tag}: AC@1 >= 0.85", f"AC@1/3/5/10 {run.paper['ac']}", run.ranking,
             a["ac"][0] >= 0.85),
       # The paper's comparison is with its baselines (epsilon-Diagnosis, RCD, CIRCA); a

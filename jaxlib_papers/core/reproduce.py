@@ -39,6 +39,9 @@ class Claim:
   #                     not_run: ``ours`` says why), counted apart from held and missed
   data: str = "generated"  # Context.data_label: "shared: <file>", "fetched: <file>",
   #                           "generated (offline: <file>)" or "generated"
+  why: str = ""  # one line: why the claim misses when it does (its category and the
+  #                measurement behind it, written up in seeds/<paper>.md); the report shows
+  #                it beside "NO" only, so a check may pass it whatever ``holds`` is
 
   @classmethod
   def not_run(cls, claim: str, paper: str, reason: str, data: str) -> "Claim":

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 
 
 class Timing(NamedTuple):
@@ -96,3 +97,149 @@ def machine_line(torch: Any = None) -> str:
   if torch is not None:
     line = f"torch {torch.__version__}, {torch.get_num_threads()} torch threads; " + line
   return line
+
+
+# ------------------------------------------------------------------- distance to the limit
+
+
+class Cost(NamedTuple):
+  """What one call of a program does, from XLA's cost analysis (``None``: not reported)."""
+  flops: float | None
+  bytes: float | None   # bytes accessed (reads + writes of every fused op's operands)
+  exact: bool           # False when a loop's trip count is unknown (``while_loop``): its
+  #                       body is counted once and the figures are lower bounds. A ``cond``
+  #                       counts as its costliest branch (as XLA's own count does)
+
+
+def _xla_cost(compiled) -> tuple[float | None, float | None]:
+  try:
+    analysis = compiled.cost_analysis()
+  except Exception:  # noqa: BLE001  (a backend without cost analysis)
+    return None, None
+  if isinstance(analysis, (list, tuple)):
+    analysis = analysis[0] if analysis else None
+  if not analysis:
+    return None, None
+  get = lambda key: (float(analysis[key]) if analysis.get(key) is not None
+                     and analysis[key] >= 0 else None)
+  return get("flops"), get("bytes accessed")
+
+
+def _body_cost(closed) -> tuple[float, float]:
+  """XLA's cost of a loop body compiled on its own (its nested loops counted once)."""
+  from jax.extend import core as jex_core  # pylint: disable=g-import-not-at-top
+  avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in closed.in_avals]
+  flops, nbytes = _xla_cost(jax.jit(jex_core.jaxpr_as_fun(closed)).lower(*avals).compile())
+  return flops or 0.0, nbytes or 0.0
+
+
+def _sub_jaxprs(eqn):
+  for value in eqn.params.values():
+    for item in value if isinstance(value, (tuple, list)) else (value,):
+      inner = getattr(item, "jaxpr", item)
+      if hasattr(inner, "eqns"):
+        yield inner
+
+
+def _loop_correction(jaxpr) -> tuple[float, float, bool]:
+  """What XLA's once-per-body count misses: for every ``scan`` of length L reached without
+  passing through another loop, L x (its body's true cost) - its body's cost counted once,
+  the body's true cost corrected the same way, recursively. Returns (flops, bytes, exact)."""
+  flops = nbytes = 0.0
+  exact = True
+  for eqn in jaxpr.eqns:
+    name = eqn.primitive.name
+    if name == "scan":
+      body = eqn.params["jaxpr"]
+      once_f, once_b = _body_cost(body)
+      more_f, more_b, body_exact = _loop_correction(body.jaxpr)
+      length = int(eqn.params["length"])
+      flops += length * (once_f + more_f) - once_f
+      nbytes += length * (once_b + more_b) - once_b
+      exact &= body_exact
+    elif name == "while":
+      exact = False
+    elif name == "cond":  # XLA counts a conditional as its costliest branch: so do we
+      branches = [_loop_correction(b.jaxpr) for b in eqn.params["branches"]]
+      more_f, more_b, _ = max(branches, key=lambda c: c[0])
+      flops, nbytes = flops + more_f, nbytes + more_b
+      exact = exact and all(b[2] for b in branches)
+    else:  # jit, custom_jvp / custom_vjp, remat, closed_call: inlined, counted once
+      for inner in _sub_jaxprs(eqn):
+        more_f, more_b, inner_exact = _loop_correction(inner)
+        flops, nbytes, exact = flops + more_f, nbytes + more_b, exact and inner_exact
+  return flops, nbytes, exact
+
+
+def program_cost(fn: Callable[..., Any], *args: Any, compiled=None) -> Cost:
+  """FLOPs and bytes accessed by one call ``fn(*args)``, loops counted by their trip counts.
+
+  XLA's ``cost_analysis()`` counts a loop's body once whatever its trip count; here every
+  ``lax.scan`` (and ``fori_loop`` with static bounds, which lowers to one) is counted
+  ``length`` times by compiling its body on its own. A ``while_loop`` has no trip count
+  before it runs, so its body stays counted once and ``exact`` is False (a lower bound).
+  A ``cond`` counts as its costliest branch, as XLA's own count does.
+
+  Args:
+    fn: the function (jitted or not) whose program is measured.
+    *args: its arguments (arrays or pytrees of them).
+    compiled: ``jax.jit(fn).lower(*args).compile()`` if already made (saves a compile).
+  """
+  if compiled is None:
+    jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
+    compiled = jitted.lower(*args).compile()
+  flops, nbytes = _xla_cost(compiled)
+  more_f, more_b, exact = _loop_correction(jax.make_jaxpr(fn)(*args).jaxpr)
+  return Cost(None if flops is None else flops + more_f,
+              None if nbytes is None else nbytes + more_b, exact)
+
+
+class Peaks(NamedTuple):
+  """This machine's own limits, measured now (see :func:`machine_peaks`)."""
+  flops_per_s: float   # a large float32 matmul
+  bytes_per_s: float   # large elementwise passes: each value read once, written once
+  what: str
+
+
+def machine_peaks(repeats: int = 5) -> Peaks:
+  """The backend's achievable peaks, measured in this process: the median FLOP/s of an
+  n x n float32 matmul (2 n^3 flops; n = 2048 on CPU, 8192 on an accelerator) and the
+  median bytes/s of ten in-place passes ``x <- x / 2 + 1 / 4`` over m float32 values (8 m
+  bytes moved per pass; m = 2^25 on CPU, 2^28 elsewhere). What a hot path achieves is then
+  a fraction of these, on the same machine at the same time (:func:`roofline`)."""
+  cpu = jax.default_backend() == "cpu"
+  n, m = (2048, 2**25) if cpu else (8192, 2**28)
+  a = jnp.full((n, n), 0.5, jnp.float32)  # the values do not change the speed
+  x = jnp.ones((m,), jnp.float32)
+  matmul = compile_and_time(lambda u: u @ u, a, repeats=repeats)
+  # Ten passes in one loop: the buffer is updated in place, so no call pays for allocating
+  # (and first touching) a fresh output.
+  passes = 10
+  stream = compile_and_time(
+      lambda u: jax.lax.fori_loop(0, passes, lambda _, v: 0.5 * v + 0.25, u), x,
+      repeats=repeats)
+  flops_per_s = 2.0 * n**3 / matmul.median
+  bytes_per_s = 8.0 * m * passes / stream.median
+  return Peaks(flops_per_s, bytes_per_s,
+               f"peak: {n}x{n} f32 matmul {flops_per_s / 1e9:.1f} GFLOP/s, {m * 4 >> 20} MiB "
+               f"elementwise pass {bytes_per_s / 1e9:.1f} GB/s (medians of {repeats})")
+
+
+def roofline(cost: Cost, seconds_per_call: float, peaks: Peaks) -> dict[str, Any]:
+  """Where one call of a program sits against the machine's peaks: achieved FLOP/s and
+  bytes/s, each as a fraction of its peak, and the bound by the roofline (compute when the
+  program's flops per byte exceed the machine's peak FLOP/s per peak byte/s, else memory)
+  with the fraction of that bound's peak reached. ``None`` fields where XLA gave no count."""
+  if seconds_per_call <= 0:
+    raise ValueError(f"seconds_per_call must be > 0; got {seconds_per_call}")
+  flops_s = None if cost.flops is None else cost.flops / seconds_per_call
+  bytes_s = None if cost.bytes is None else cost.bytes / seconds_per_call
+  frac_f = None if flops_s is None else flops_s / peaks.flops_per_s
+  frac_b = None if bytes_s is None else bytes_s / peaks.bytes_per_s
+  bound = fraction = None
+  if cost.flops and cost.bytes:
+    compute = cost.flops / cost.bytes > peaks.flops_per_s / peaks.bytes_per_s
+    bound, fraction = ("compute", frac_f) if compute else ("memory", frac_b)
+  return {"flops_per_s": flops_s, "bytes_per_s": bytes_s, "flops_fraction": frac_f,
+          "bytes_fraction": frac_b, "bound": bound, "bound_fraction": fraction,
+          "exact": cost.exact}

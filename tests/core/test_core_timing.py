@@ -35,3 +35,53 @@ def test_spread_and_machine_line():
   assert line.startswith(f"jax {jax.__version__} cpu,") and "load" in line
   fake_torch = types.SimpleNamespace(__version__="9.9", get_num_threads=lambda: 3)
   assert timing.machine_line(fake_torch).startswith("torch 9.9, 3 torch threads; jax ")
+
+
+N = 32
+
+
+def _matmul_flops(times: int) -> float:
+  return times * 2.0 * N**3
+
+
+def test_program_cost_counts_scans_by_their_trip_counts_and_flags_while_loops():
+  """XLA counts a loop body once; program_cost counts a scan (nested, or a fori_loop with
+  static bounds) as many times as it runs, and marks a while_loop's count a lower bound."""
+  x = jnp.ones((N, N), jnp.float32)
+  step = lambda c: c @ c / N
+  once = timing.program_cost(step, x)
+  assert once.exact and once.flops == pytest.approx(_matmul_flops(1), rel=0.02)
+  scan = lambda a: jax.lax.scan(lambda c, _: (step(c), None), a, None, length=7)[0]
+  assert timing.program_cost(scan, x).flops == pytest.approx(_matmul_flops(7), rel=0.02)
+  nested = lambda a: jax.lax.scan(
+      lambda c, _: (jax.lax.fori_loop(0, 3, lambda i, d: step(d), c), None), a, None,
+      length=5)[0]
+  cost = timing.program_cost(jax.jit(nested), x)
+  assert cost.exact and cost.flops == pytest.approx(_matmul_flops(15), rel=0.02)
+  assert cost.bytes > 5 * once.bytes  # the bytes are counted per trip too
+  branchy = lambda flag, a: jax.lax.cond(flag, scan, step, a)  # as XLA: the costlier branch
+  cost = timing.program_cost(branchy, True, x)
+  assert cost.exact and cost.flops == pytest.approx(_matmul_flops(7), rel=0.02)
+  loop = lambda a: jax.lax.while_loop(lambda c: c[0, 0] < 1e6, lambda c: step(c) + 1, a)
+  bound = timing.program_cost(loop, x)
+  assert not bound.exact and bound.flops == pytest.approx(_matmul_flops(1), rel=0.05)
+
+
+def test_roofline_names_the_bound_and_its_fraction():
+  peaks = timing.Peaks(flops_per_s=100.0, bytes_per_s=10.0, what="toy")  # balance 10 / B
+  compute = timing.roofline(timing.Cost(400.0, 20.0, True), 8.0, peaks)   # 20 flop/B
+  assert compute["bound"] == "compute"
+  assert compute["bound_fraction"] == pytest.approx(0.5)        # 50 of 100 FLOP/s
+  assert compute["bytes_fraction"] == pytest.approx(0.25)
+  memory = timing.roofline(timing.Cost(40.0, 20.0, False), 4.0, peaks)    # 2 flop/B
+  assert memory["bound"] == "memory" and memory["bound_fraction"] == pytest.approx(0.5)
+  assert not memory["exact"]
+  assert timing.roofline(timing.Cost(None, None, True), 1.0, peaks)["bound"] is None
+  with pytest.raises(ValueError, match="seconds_per_call"):
+    timing.roofline(timing.Cost(1.0, 1.0, True), 0.0, peaks)
+
+
+def test_machine_peaks_are_positive_and_a_matmul_reaches_a_sane_fraction():
+  peaks = timing.machine_peaks(repeats=1)
+  assert peaks.flops_per_s > 1e8 and peaks.bytes_per_s > 1e7
+  assert "GFLOP/s" in peaks.what and "GB/s" in peaks.what
