@@ -45,6 +45,7 @@ class NetSettings(NamedTuple):
   depth: int = 3
   time_embed: int = 32
   lr: float = 1e-3
+  decay_steps: int = 0     # > 0: cosine decay of lr to 0 over this many steps; 0: constant
 
 
 class DockPools(NamedTuple):
@@ -76,6 +77,9 @@ def velocity_fn(net: NetSettings, params: PyTree) -> losses.Velocity:
 
 
 def optimizer(net: NetSettings) -> optax.GradientTransformation:
+  """Adam at ``lr``, constant or cosine-decayed to 0 over ``decay_steps``."""
+  if net.decay_steps > 0:
+    return optax.adam(optax.cosine_decay_schedule(net.lr, net.decay_steps))
   return optax.adam(net.lr)
 
 

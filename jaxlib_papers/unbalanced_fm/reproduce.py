@@ -117,7 +117,10 @@ def _energy_claim(dock: dict) -> list[Claim]:
   return [Claim(f"B: the energy term (weight {on:g}) raises mean validity by >= .02",
                 "prototype .036->.062, .142->.251, .263->.328",
                 f"{per}; mean gain {gains.mean():.3f} (per seed {_spread(gains.mean(0))})",
-                bool(gains.mean() >= 0.02))]
+                bool(gains.mean() >= 0.02),
+                why="budget (cat. 2): our small flows' samples are almost never valid, so there "
+                    "is nothing to raise; a 3 x 256 MLP at 2500 steps gains .09 (seed 0; "
+                    "seeds/unbalanced_fm.md)")]
 
 
 def _relax_claims(relax: dict) -> list[Claim]:
@@ -164,7 +167,7 @@ def _config(preset: str, seed: int):
   return config
 
 
-@register("unbalanced_fm", cpu_seconds=200,
+@register("unbalanced_fm", cpu_seconds=234,
           xla_flags={"unbalanced_fm": COMPILE_BOUND_CPU_FLAGS})
 def check(ctx: Context) -> list[Claim]:
   config = _config(ctx.preset, ctx.seed)

@@ -171,7 +171,8 @@ def relax_stage(settings: Settings, pools: kernel.RelaxPools, energy) -> stages.
   members = (np.full(seeds.shape, cfg.delta, np.float32),
              np.full(seeds.shape, cfg.energy_weight, np.float32), seeds)
   per_call = int(np.gcd(int(cfg.steps), int(settings.config.dock.steps_per_call))) or 1
-  net = settings.net._replace(hidden=int(cfg.hidden))
+  decay = int(cfg.steps) if cfg.lr_schedule == "cosine" else 0
+  net = settings.net._replace(hidden=int(cfg.hidden), decay_steps=decay)
   make = lambda _: kernel.make_kernel(
       net, kernel.relax_draw(pools, int(cfg.batch), float(cfg.epsilon)), energy,
       members, per_call, seeds)

@@ -10,7 +10,8 @@
   coupling, weighted CFM (+ the flat-bottom energy of the one-step prediction); evaluated
   from p0 with ``euler_steps`` Euler steps on ``num_test`` fresh apo conformers.
 * ``relax``: the relaxation flow (one member per seed, its own MLP width ``hidden``; the
-  other network settings are ``net``'s): ``candidates`` docked poses per
+  other network settings are ``net``'s; Adam's rate ``lr_schedule``: "constant" or
+  "cosine", decayed to 0 over ``steps``): ``candidates`` docked poses per
   holo conformer, the candidate rule (cutoff ``delta``, complement probability
   ``epsilon``), the energy term; evaluated with ``euler_steps`` steps on ``num_targets``
   fresh targets, then the filter (valid) and the least-moved pick.
@@ -35,8 +36,8 @@ _BASE = dict(
     net=dict(hidden=64, depth=3, time_embed=32, lr=1e-3),
     dock=dict(deltas=(0.6, INF), energy_weights=(0.0, 1.0), steps=1000, batch=128,
               steps_per_call=50, euler_steps=20, num_test=512),
-    relax=dict(steps=1000, batch=128, hidden=128, candidates=8, delta=0.4, epsilon=0.0,
-               energy_weight=1.0, euler_steps=2, num_targets=256),
+    relax=dict(steps=2000, batch=128, hidden=128, lr_schedule="cosine", candidates=8,
+               delta=0.4, epsilon=0.0, energy_weight=1.0, euler_steps=2, num_targets=256),
 )
 
 _OVERRIDES = {
@@ -76,6 +77,7 @@ CONSTRAINTS = {
     "dock.steps_per_call": C.at_least(1), "dock.euler_steps": C.at_least(1),
     "dock.num_test": C.at_least(1),
     "relax.steps": C.at_least(0), "relax.batch": C.at_least(1), "relax.hidden": C.at_least(1),
+    "relax.lr_schedule": C.one_of("constant", "cosine"),
     "relax.candidates": C.at_least(1), "relax.delta": C.non_negative(),
     "relax.epsilon": C.in_range(0.0, 1.0), "relax.energy_weight": C.non_negative(),
     "relax.euler_steps": C.at_least(1), "relax.num_targets": C.at_least(1),
