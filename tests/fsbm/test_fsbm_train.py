@@ -21,6 +21,8 @@ def test_config_presets_and_errors():
   assert default.get_config("vneck,cpu") == default.task_config("vneck", "cpu")
   op = default.get_config("opinion, smoke")
   assert (op.task, op.dim, op.sigma, op.csoc.lr_mean) == ("opinion", 100, 0.5, 0.03)
+  # The paper's D = 100 at full (the cpu preset runs a smaller D: issue 33, seeds/fsbm.md).
+  assert default.task_config("opinion", "full").dim == 100
   with pytest.raises(ValueError, match="preset"):
     default.get_config("opinion,huge")
   # A missing keypoints file: refused when the config is built (its constraint), and by
