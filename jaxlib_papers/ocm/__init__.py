@@ -6,7 +6,8 @@ Public API:
 * :mod:`covariance`: the OCM probe target (one jvp), head losses, every method's x0-covariance.
 * :mod:`kernel`: the losses ``dsm_loss`` / ``head_loss`` over ``DSMSettings`` /
   ``HeadSettings``, ``make_dsm_kernel``, ``make_head_kernel`` (for ``core.stages``), and
-  ``make_predictor`` for beta~, beta, Analytic-DPM, SN-DPM, NPR-DPM, OCM and the exact row.
+  ``make_predictor`` for beta~, beta, Analytic-DPM, SN-DPM, NPR-DPM, OCM, the exact row and
+  the report-only "jacobian" diagnostic (the eps network's own Jacobian diagonal, vectors only).
 * :mod:`gmm`: Gaussian mixtures with closed-form diffused score and Hessian diagonal.
 * :mod:`models`: MLP and UNet eps backbones returning their last features; the heads.
 * :mod:`train`: ``run(config, workdir) -> train.Result``; configs in ``configs/default.py``.

@@ -13,10 +13,16 @@ every baseline estimates in its own way:
 * NPR-DPM: a head g ~ E[(eps - eps_hat)^2 | x_t].
 * DDPM's fixed beta~ (c = 0) and beta (c = sigma_t^2, which reproduces the reverse variance
   beta_{t|s} for every skip s).
+* "jacobian" (a diagnostic beyond the paper, not one of its methods): h_theta = -sigma_t
+  diag(d eps_theta / d x_t), the network's own Jacobian diagonal computed exactly
+  (:func:`jacobian_diagonal`, d jvps). It is OCM's target without the probe noise, i.e. what
+  the OCM head converges to, so its row shows what the paper's estimator can reach on a
+  given eps network.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import chex
@@ -27,8 +33,11 @@ from jaxlib_papers.core import prng
 
 Array = jax.Array
 
-METHODS = ("beta_tilde", "beta", "analytic", "sn", "npr", "ocm", "exact")
+METHODS = ("beta_tilde", "beta", "analytic", "sn", "npr", "ocm", "jacobian", "exact")
 HEADS = ("ocm", "sn", "npr")
+# Report-only rows beyond the paper (never one of the claims' methods). "jacobian" costs d
+# jvps of the eps network per x_t, so it is for vector data only (d = 3072 on CIFAR-10).
+DIAGNOSTICS = ("jacobian",)
 
 
 def rademacher_probes(key: Array, num_probes: int, shape, dtype=jnp.float32) -> Array:
@@ -60,6 +69,31 @@ def ocm_target(backbone_fn: Callable[[Array], tuple[Array, Array]], x_t: Array,
   v_jv = jax.vmap(lambda v: v * jvp_fn(v))(probes)
   # H_theta v = J_s v = -(J_eps v) / sigma, so sigma^2 v * H v = -sigma v * J_eps v.
   return -sigma_t * jnp.mean(v_jv, axis=0), eps_hat, features
+
+
+def jacobian_diagonal(backbone_fn: Callable[[Array], tuple[Array, Array]], x_t: Array
+                      ) -> tuple[Array, Array, Array]:
+  """The exact diagonal of each sample's Jacobian d eps_theta(x_t) / d x_t.
+
+  ``backbone_fn`` is sample-wise (as in :func:`ocm_target`), so one batched jvp along the
+  i-th basis vector gives every sample's i-th Jacobian column; its i-th entry is the
+  diagonal's. The network is linearised once and the d basis directions are vmapped: d jvps,
+  which is cheap for vectors (d = 2..16 here) and prohibitive for images.
+
+  Args:
+    backbone_fn: x [B, ...] -> (eps_hat [B, ...], features [B, ...]).
+    x_t: [B, ...].
+
+  Returns:
+    (diag J [B, ...], eps_hat [B, ...], features).
+  """
+  item = x_t.shape[1:]
+  d = math.prod(item)
+  eps_hat, jvp_fn, features = jax.linearize(backbone_fn, x_t, has_aux=True)
+  basis = jnp.eye(d, dtype=x_t.dtype).reshape((d, 1) + item)
+  diag = jnp.sum(jax.vmap(lambda e: e * jvp_fn(jnp.broadcast_to(e, x_t.shape)))(basis),
+                 axis=0)
+  return diag, eps_hat, features
 
 
 PARAMETERISATIONS = ("linear", "exp", "softplus")
@@ -174,11 +208,11 @@ def eps_variance(method: str, *, eps_hat: Array | None = None, head: Array | Non
   Args:
     method: "ocm" / "sn" / "npr" (head = the raw head output, read through ``param``, see
       :func:`head_variance`), "analytic" (gamma = E||eps_hat||^2 / d at this t),
-      "exact" (head = h*).
+      "exact" (head = h*), "jacobian" (head = h_theta = -sigma_t diag J_eps).
   """
   if method in HEADS:
     return head_variance(method, head, eps_hat=eps_hat, param=param)
-  if method == "exact":
+  if method in ("exact", "jacobian"):
     return 1.0 + head
   if method == "analytic":
     return 1.0 - gamma

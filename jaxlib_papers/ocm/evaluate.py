@@ -3,6 +3,11 @@ and the head error in h-space against the closed-form oracle.
 
 One compiled program per (K, quantity) serves every method: the method is a traced index
 into ``lax.switch``, so adding methods costs no compilation.
+
+``"jacobian"`` (vector data only) is a report-only diagnostic beyond the paper: the eps
+network's own Jacobian diagonal as h (``covariance.jacobian_diagonal``), evaluated through the
+same predictor, clip and bound as every other method, beside OCM and exact on the first
+``eval.jacobian_points`` held-out points with the same draws (:func:`_jacobian_nelbo`).
 """
 
 from __future__ import annotations
@@ -64,13 +69,28 @@ class _Quality(NamedTuple):
   fid_fn: Callable[[np.ndarray], float] | None
 
 
-def _method_names(methods: kernel.Methods, ev) -> tuple[str, ...]:
+def check_methods(methods: Sequence[str], shape: Sequence[int]) -> None:
+  """Raises a ValueError for an unknown method, or a diagnostic the data cannot afford.
+
+  Args:
+    methods: ``config.eval.methods``.
+    shape: one data item's shape ([D] vectors, [H, W, C] images).
+  """
+  unknown = [n for n in methods if n not in covariance.METHODS]
+  if unknown:
+    raise ValueError(f"config.eval.methods: unknown {unknown}; expected {covariance.METHODS}")
+  if "jacobian" in methods and len(shape) != 1:
+    raise ValueError(
+        f"config.eval.methods: 'jacobian' (the eps network's exact Jacobian diagonal, a "
+        f"report-only diagnostic) needs d = {math.prod(shape)} jvps per x_t on data of shape "
+        f"{tuple(shape)}; it is for vector data only. Remove it from eval.methods.")
+
+
+def _method_names(methods: kernel.Methods, ev, shape: Sequence[int]) -> tuple[str, ...]:
   names = tuple(ev.methods)
   if "exact" in names and methods.oracle is None:
     names = tuple(n for n in names if n != "exact")
-  unknown = [n for n in names if n not in covariance.METHODS]
-  if unknown:
-    raise ValueError(f"config.eval.methods: unknown {unknown}; expected {covariance.METHODS}")
+  check_methods(names, shape)
   return names
 
 
@@ -101,6 +121,26 @@ def _bounds(setup: _Setup, all_ts: list[np.ndarray], eval_data: Array, key: Arra
       dvs = [math.nan] * len(all_ts)
     bounds[name] = jax.device_get(nelbo_fn(idx, eval_data, key, jnp.asarray(dvs)))
   return bounds
+
+
+def _jacobian_nelbo(methods: kernel.Methods, setup: _Setup, all_ts: list[np.ndarray],
+                    eval_data: Array, key: Array, ev) -> dict[str, Any]:
+  """{"jacobian_nelbo": {K: {method: NELBO nats/dim}} of "jacobian", OCM and exact,
+  "jacobian_points": how many held-out points} (empty / 0 unless "jacobian" is evaluated).
+
+  The first ``ev.jacobian_points`` held-out points with the same bound, predictor, clip, key
+  and decoder as the main evaluation, in a program of its own: d jvps per x_t (16 on gmm16)
+  for every term of every K on all held-out points would cost more than the rest of the
+  evaluation.
+  """
+  if "jacobian" not in ev.methods:
+    return {"jacobian_nelbo": {}, "jacobian_points": 0}
+  names = tuple(n for n in ("ocm", "jacobian", "exact") if n == "jacobian" or n in setup.names)
+  sub = setup._replace(names=names, predict=multi_predictor(methods, names, setup.schedule))
+  subset = eval_data[:ev.get("jacobian_points", 1000)]
+  bounds = _bounds(sub, all_ts, subset, key, ev.get("decoder", "official"))
+  return {"jacobian_points": int(subset.shape[0]), "jacobian_nelbo": {
+      int(len(ts)): _nelbo_rows(sub, bounds, i, False)[0] for i, ts in enumerate(all_ts)}}
 
 
 def _nelbo_rows(setup: _Setup, bounds: dict, i: int, is_image: bool
@@ -158,11 +198,12 @@ def evaluate(methods: kernel.Methods, schedule: diffusion.Schedule, config, *,
   Returns:
     {"methods": [names], "nelbo": {K: {method: nats/dim}}, "terms": {K: {method: [K + 1]}},
      "bpd": ... (images), "mmd" / "fid": {K: {method}}, "mmd_ddim": {K: {method}},
-     "head_error": {t: {method: mean sq. error in h-space}},
-     "samples": {K: {method: np.ndarray}} (vectors, first quality K only)}.
+     "head_error": {t: {method: mean sq. error in h-space}}, "samples": {K: {method:
+     np.ndarray}} (vectors, first quality K only), "jacobian_*" (:func:`_jacobian_nelbo`)}.
   """
   ev = config.eval
-  names = _method_names(methods, ev)
+  names = tuple(n for n in _method_names(methods, ev, eval_data.shape[1:])
+                if n not in covariance.DIAGNOSTICS)  # evaluated apart (_jacobian_nelbo)
   clip_x0 = float(ev.clip_x0) if ev.clip_x0 > 0 else None
   dim = int(np.prod(eval_data.shape[1:]))
   eval_data = jnp.asarray(eval_data[:ev.num_nelbo])
@@ -178,6 +219,7 @@ def evaluate(methods: kernel.Methods, schedule: diffusion.Schedule, config, *,
                  diffusion.BoundSettings(ev.eta, clip_x0, is_image), dim)
   quality = _Quality(ev.eta, ev.ddim_eta, reference, bandwidths, fid_fn)
   bounds = _bounds(setup, all_ts, eval_data, k_nelbo, ev.get("decoder", "official"))
+  out.update(_jacobian_nelbo(methods, setup, all_ts, eval_data, k_nelbo, ev))
 
   x_T = prng.normal(k_noise, (ev.num_samples, *eval_data.shape[1:]), eval_data.dtype)
   for i, (num_k, ts) in enumerate(zip(steps, all_ts)):

@@ -329,6 +329,11 @@ def eps_variance_fn(methods: Methods, method: str, schedule: diffusion.Schedule
 
   def fn(x_t: Array, t: Array):
     tb = jnp.full((x_t.shape[0],), t)
+    if method == "jacobian":  # h_theta = -sigma_t diag J_eps: OCM's target without probes
+      diag, eps_hat, _ = covariance.jacobian_diagonal(
+          lambda x: methods.model.apply(methods.backbone, x, tb), x_t)
+      _, sigma = diffusion.marginal(schedule, t)
+      return eps_hat, covariance.eps_variance("jacobian", head=-sigma * diag)
     eps_hat, features = methods.model.apply(methods.backbone, x_t, tb)
     if method in covariance.HEADS:
       head = methods.head_model.apply(methods.head_params[method], features)

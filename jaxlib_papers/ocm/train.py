@@ -74,6 +74,9 @@ class Result:
   fid: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
   bpd: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
   head_error: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
+  # The "jacobian" diagnostic beside OCM and exact on eval.jacobian_points held-out points.
+  jacobian_nelbo: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
+  jacobian_points: int = 0
   samples: dict[int, dict[str, np.ndarray]] = results.in_memory()  # first quality K only
   backbone: Any = results.in_memory()      # trained (EMA) eps-network params
   head_params: Any = results.in_memory()   # {head name: EMA head params}
@@ -317,6 +320,8 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
   """
   config_lib.validate(config, default_config.CONSTRAINTS)
   parts = build(config, dataset)
+  if evaluate_methods:  # before any training: the methods the data can afford
+    evaluate.check_methods(config.eval.methods, parts["shape"])
   verbose = (not config.loop.get("quiet", False)) if verbose is None else verbose
   workdir = None if workdir is None else pathlib.Path(workdir)
   out, backbone, head_params = train(config, workdir, parts, mesh=mesh, backbone=backbone)

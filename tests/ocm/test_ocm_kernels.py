@@ -8,7 +8,8 @@ import optax
 import pytest
 
 from jaxlib_papers.core import distributed, train_loop
-from jaxlib_papers.ocm import covariance, data, diffusion, gmm, kernel, models
+from jaxlib_papers.ocm import covariance, data, diffusion, evaluate, gmm, kernel, models, train
+from jaxlib_papers.ocm.configs.default import get_config
 
 D = 2
 
@@ -118,3 +119,12 @@ def test_bad_input(setup):
                     settings=diffusion.BoundSettings(eta=0.0))
   with pytest.raises(ValueError, match="means must be"):
     gmm.make_mixture([1.0], [0.0, 1.0], 0.1)
+  # The "jacobian" diagnostic needs d jvps per x_t: vectors only, refused before training.
+  evaluate.check_methods(("ocm", "jacobian", "exact"), (16,))
+  with pytest.raises(ValueError, match="unknown"):
+    evaluate.check_methods(("ocm", "cold"), (16,))
+  config = get_config("smoke")
+  config.model.kind = "unet"
+  config.eval.methods = ("ocm", "jacobian")
+  with pytest.raises(ValueError, match=r"'jacobian'.*d = 64 jvps.*vector data only"):
+    train.run(config, None, dataset=np.zeros((16, 8, 8, 1), np.float32))

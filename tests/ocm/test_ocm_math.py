@@ -7,7 +7,7 @@ import optax
 import pytest
 
 from jaxlib_papers.core.precision import enable_x64
-from jaxlib_papers.ocm import covariance, diffusion, gmm
+from jaxlib_papers.ocm import covariance, diffusion, gmm, kernel
 
 
 @pytest.fixture(scope="module")
@@ -399,3 +399,63 @@ def test_rmse_gradient_stays_finite_where_the_head_variance_underflows():
   yy = np.square(np.asarray(y, np.float64))  # npr target (eps - 0)^2
   want = 2 * (m - yy) * m / np.maximum(m, covariance.RMSE_WEIGHT_FLOOR) / 3
   np.testing.assert_allclose(np.asarray(grad), want, rtol=1e-5, atol=1e-30)
+
+
+class _OracleNet:
+  """A "network" whose eps is a mixture's exact eps*(x_t) (``apply(params, x, t)``)."""
+
+  def __init__(self, oracle):
+    self.oracle = oracle
+
+  def apply(self, params, x, t):
+    del params
+    return self.oracle.eps_and_h(x, t[0])[0], x
+
+
+def _jacobian_and_exact(mixes, schedule, x_t, ts):
+  """((eps, Var[eps | x_t]) of "jacobian", the same of "exact", c of "jacobian") for each
+  mixture of the stacked ``mixes`` at each t of ``ts``, the mixture's eps* as the network."""
+
+  def one(mix, t):
+    oracle = gmm.GMMOracle(mix, schedule.abar)
+    methods = kernel.Methods(model=_OracleNet(oracle), backbone=None, oracle=oracle)
+    # The same predictor and clip as every method: c = clip((sigma^2 / abar) m, 0, 1).
+    pred = kernel.make_predictor(methods, "jacobian", schedule)
+    return (kernel.eps_variance_fn(methods, "jacobian", schedule)(x_t, t),
+            kernel.eps_variance_fn(methods, "exact", schedule)(x_t, t), pred(x_t, t)[1])
+
+  return jax.vmap(lambda mix: jax.vmap(lambda t: one(mix, t))(ts))(mixes)
+
+
+def test_jacobian_diagonal_method_equals_the_closed_form(schedule):
+  """The "jacobian" diagnostic (-sigma diag d eps / d x_t) is exact: on the optimal eps of a
+  Gaussian it is the analytic -sigma^2 / v; on a mixture's it is the exact row's h*; on a
+  linear network eps = x A^T it is diag A, off-diagonal A ignored."""
+  with enable_x64():
+    x_t = jax.random.normal(jax.random.key(3), (64, 3), jnp.float64)
+    ts = jnp.asarray([1, 54, 251, 900])
+    # A Gaussian (as 5 equal components, to stack with the 5-mode mixture) and a mixture.
+    mixes = [gmm.make_mixture(np.ones(5), np.tile([[0.2, -0.1, 0.4]], (5, 1)),
+                              np.tile([[0.05, 0.3, 0.8]], (5, 1))),
+             gmm.random_mixture(2, num_modes=5, dim=3)]
+    mixes = jax.tree.map(lambda *a: jnp.stack(a).astype(jnp.float64), *mixes)
+    a = jax.random.normal(jax.random.key(4), (3, 3), jnp.float64)
+
+    @jax.jit
+    def everything(mixes, a):
+      linear = covariance.jacobian_diagonal(lambda x: (x @ a.T, x), x_t)[:2]
+      return _jacobian_and_exact(mixes, schedule, x_t, ts), linear
+
+    ((eps_j, var_j), (eps_e, var_e), c_j), (diag, eps) = everything(mixes, a)
+    np.testing.assert_allclose(eps_j, eps_e, rtol=1e-12)
+    np.testing.assert_allclose(var_j, var_e, rtol=1e-9, atol=1e-10)
+    abar = jnp.asarray(schedule.abar)[ts][None, :, None, None]
+    c_e = jnp.clip((1 - abar) / abar * var_e, 0.0, 1.0)
+    np.testing.assert_allclose(c_j, c_e, rtol=1e-9, atol=1e-10)
+    # The Gaussian: Var[eps | x_t] = 1 - sigma^2 / v, v = alpha^2 s^2 + sigma^2.
+    v = abar[0] * mixes.stds[0, 0] ** 2 + 1 - abar[0]
+    np.testing.assert_allclose(var_j[0], jnp.broadcast_to(1 - (1 - abar[0]) / v,
+                                                          var_j[0].shape), rtol=1e-9, atol=1e-10)
+    assert np.ptp(np.asarray(var_j[1, 1]), axis=0).min() > 1e-2  # t = 54: h* varies with x_t
+    np.testing.assert_allclose(diag, jnp.broadcast_to(jnp.diag(a), x_t.shape), rtol=1e-12)
+    np.testing.assert_allclose(eps, x_t @ a.T, rtol=1e-12)

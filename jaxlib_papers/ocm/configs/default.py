@@ -62,6 +62,8 @@ _BASE = dict(
         error_timesteps=(54, 112, 251, 500),  # incl. the smallest skip step of K = 20, 10, 5
         error_samples=4000,
         max_var=1.0,              # x0-covariance clip (data in [-1, 1])
+        jacobian_points=1000,     # held-out points of the "jacobian" diagnostic (d jvps per
+                                  # x_t; only when eval.methods lists it, vectors only)
         clip_x0=-1.0,             # > 0: clip x0_hat to [-clip, clip] (images use 1)
         seed=1,
     ),
@@ -135,6 +137,7 @@ CONSTRAINTS = {
     "heads.loss": C.one_of("mse", "rmse", "nll"),
     "eval.sample_steps": C.each(C.at_least(1)), "eval.eta": C.in_range(0.0, 1.0),
     "eval.num_nelbo": C.at_least(1), "eval.num_samples": C.at_least(1),
+    "eval.jacobian_points": C.at_least(1),
     "eval.decoder": C.one_of("official", "method"),
     **_loop("loop"), **_loop("head_loop"),
 }
