@@ -27,6 +27,9 @@ def test_digit_claims_hold_and_miss():
                                        both_acc=40.0, fd=(4.0, 5.0)))
   assert [c.holds for c in bad] == [False, False, False, False, False, False]
   assert "gap closed" in bad[0].ours
+  # One adjacent swap among four lambdas is a Spearman of exactly 0.8 (scipy: 0.79999...).
+  swap = reproduce.digit_claims(_result((55.0, 78.0, 70.0), (1.05, 0.82, 0.9)))
+  assert swap[2].holds, swap[2].ours
 
 
 def test_toy_claims_hold():
