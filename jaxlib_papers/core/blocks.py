@@ -12,6 +12,8 @@ A method's kernel is its paper's loss plus a few of these, the way optax's ``ada
 * :func:`vmap_members` / :func:`vmap_init`: a leading axis of *members* (seeds, or numeric
   variants such as FSBM's tau or CCA's lambda) trained in one program; per-member metrics
   reduced to scalars by a declared rule.
+* :func:`vmap_partition`: members split into static groups, each group vmapped under its
+  own step (a term that is switched off in some members is then not computed for them).
 * :func:`keep_best` / :class:`Best`: the parameters at the best validation value so far,
   with a patience counter for early stopping.
 * :func:`where_tree`: select between two pytrees leaf by leaf (a stopped member keeps its
@@ -189,6 +191,58 @@ def vmap_members(step: Step, *, batch_axis: int | None = None,
 
   def members(state: PyTree, batch: PyTree) -> tuple[PyTree, Metrics]:
     state, metrics = vmapped(state, batch)
+    if not reduce:
+      return state, metrics
+    return state, reduce_members(metrics, rules, per_member=per_member)
+
+  return members
+
+
+def vmap_partition(steps: Sequence[Step], groups: Sequence[np.ndarray | Sequence[int]],
+                   *, batch_axis: int | None = None,
+                   rules: Mapping[str, Sequence[str]] | None = None,
+                   per_member: bool = False, reduce: bool = True) -> Step:
+  """Members split into static groups, group ``g`` vmapped under ``steps[g]``.
+
+  Where some members switch a costly term off (a loss weight of 0), a single vmapped step
+  still computes the term for them and multiplies it by 0: under ``vmap`` a ``cond`` on a
+  member's value runs both branches. Partitioning the members by what they compute runs
+  each group's own program instead. Member ``r``'s state is what its group's step gives it
+  alone, exactly as :func:`vmap_members` would give it.
+
+  Args:
+    steps: one member's ``step(state, batch) -> (state, metrics)`` per group; each returns
+      the same metric names.
+    groups: ``[R_g]`` member indices per group, together a partition of ``range(R)``
+      (concrete ints, fixed when the program is built).
+    batch_axis: as in :func:`vmap_members` (a sliced batch is gathered per group).
+    rules, per_member, reduce: as in :func:`vmap_members`; the reduction runs over all R
+      members in their original order.
+
+  Raises:
+    ValueError: ``groups`` is not a partition of ``range(R)`` or ``steps`` and ``groups``
+      differ in length.
+  """
+  groups = [np.asarray(g, np.int32).reshape(-1) for g in groups]
+  if len(steps) != len(groups) or not groups:
+    raise ValueError(f"steps and groups must be non-empty and of the same length; got "
+                     f"{len(steps)} steps and {len(groups)} groups")
+  order = np.concatenate(groups)
+  if np.any(np.sort(order) != np.arange(order.size)):
+    raise ValueError(f"groups must partition range(R) (each member in exactly one group); "
+                     f"got {[g.tolist() for g in groups]}")
+  inverse = np.argsort(order)
+  vmapped = [(jax.vmap(s, in_axes=(0, batch_axis)), g) for s, g in zip(steps, groups)
+             if g.size]   # an empty group has no program
+
+  def members(state: PyTree, batch: PyTree) -> tuple[PyTree, Metrics]:
+    outs = []
+    for step, idx in vmapped:
+      part = (batch if batch_axis is None
+              else jax.tree.map(lambda a, i=idx: jnp.take(a, i, axis=batch_axis), batch))
+      outs.append(step(jax.tree.map(lambda a, i=idx: a[i], state), part))
+    joined = jax.tree.map(lambda *parts: jnp.concatenate(parts)[inverse], *outs)
+    state, metrics = joined
     if not reduce:
       return state, metrics
     return state, reduce_members(metrics, rules, per_member=per_member)

@@ -146,6 +146,48 @@ def test_vmapped_members_equal_separate_runs():
     np.testing.assert_allclose(per_member["loss"][r], metrics["loss"], rtol=1e-5)
 
 
+def test_partitioned_members_equal_their_own_steps_and_one_vmapped_step():
+  """vmap_partition: each member runs its group's step (here Adam at 0.05 or plain SGD),
+  exactly as it would alone; with one step for every group it equals vmap_members."""
+  sgd = optax.sgd(0.1)
+
+  def sgd_step(state, batch):   # the same state layout; Adam's moments left untouched
+    key, sub = jax.random.split(state.key)
+    (value, aux), grads = jax.value_and_grad(loss, has_aux=True)(state.params, batch, sub)
+    updates, _ = sgd.update(grads, sgd.init(state.params))
+    params = optax.apply_updates(state.params, updates)
+    return State(params, state.opt_state, key), {"loss": value, **aux}
+
+  groups = [np.array([3, 0]), np.array([1, 4, 2])]
+  batch, state = batch_of(4), blocks.vmap_init(init, 5)(jax.random.key(5))
+  parted = jax.jit(blocks.vmap_partition([sgd_step, step], groups, reduce=False))
+  out, per_member = parted(state, batch)
+  for r in range(5):
+    alone = jax.tree.map(lambda a, r=r: a[r], state)
+    own, metrics = (sgd_step if r in (0, 3) else step)(alone, batch)
+    for a, b in zip(jax.tree.leaves(out.params), jax.tree.leaves(own.params)):
+      np.testing.assert_allclose(a[r], b, rtol=1e-5, atol=1e-6)
+    assert np.array_equal(_raw(out.key[r]), _raw(own.key))
+    np.testing.assert_allclose(per_member["loss"][r], metrics["loss"], rtol=1e-5)
+  same = blocks.vmap_partition([step, step], groups, rules={"loss": ("mean", "max")})
+  ref = blocks.vmap_members(step, rules={"loss": ("mean", "max")})
+  (s1, m1), (s2, m2) = jax.jit(same)(state, batch), jax.jit(ref)(state, batch)
+  for a, b in zip(jax.tree.leaves(s1.params), jax.tree.leaves(s2.params)):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose(m1["loss_max"], m2["loss_max"], rtol=1e-6)
+  sliced = blocks.vmap_partition([step, step], groups, batch_axis=0, reduce=False)
+  _, per = jax.jit(sliced)(state, jax.tree.map(lambda a: np.stack([a * (i + 1) for i in
+                                                                   range(5)]), batch))
+  for r in range(5):
+    scaled = jax.tree.map(lambda a, r=r: a * (r + 1), batch)
+    _, m = step(jax.tree.map(lambda a, r=r: a[r], state), scaled)
+    np.testing.assert_allclose(per["loss"][r], m["loss"], rtol=1e-5)
+  with pytest.raises(ValueError, match="partition range"):
+    blocks.vmap_partition([step, step], [[0, 1], [1, 2]])
+  with pytest.raises(ValueError, match="same length"):
+    blocks.vmap_partition([step], [[0], [1]])
+
+
 def test_member_metric_rules_and_seed_index():
   metrics = {"loss": jnp.array([1.0, 3.0]), "rejected": jnp.array([2.0, 5.0]),
              "acc": jnp.array([0.5, 0.7])}
