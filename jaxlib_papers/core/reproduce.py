@@ -127,9 +127,14 @@ XLA_FLAGS: dict[str, dict[str, str]] = {}
 # elemental emitters and LLVM -O1 compile ~1.6x faster and, at these sizes, run as fast
 # (measured side by side, 2026-12-02: linear_rl 92 -> 57 s, aerca 83 -> 72 s; ocm and
 # identifiability, which are arithmetic-bound, ran slower with them, so they keep XLA's
-# defaults). CPU only: the `full` preset on an accelerator keeps XLA's defaults.
+# defaults). CPU only: the `full` preset on an accelerator keeps XLA's defaults. And LLVM code
+# generation in one part instead of a split for parallel threads, which a check process
+# pinned to one core runs in turn: ~12% less compile time at -O1 (four smoke programs of ocm
+# and identifiability, 4 alternated rounds on one core: faster in each; parameters after
+# training bitwise the same). At XLA's default -O2 it bought nothing, so only here.
 COMPILE_BOUND_CPU_FLAGS = {
-    "cpu": "--xla_cpu_use_fusion_emitters=false --xla_backend_optimization_level=1"}
+    "cpu": "--xla_cpu_use_fusion_emitters=false --xla_backend_optimization_level=1 "
+           "--xla_cpu_parallel_codegen_split_count=1"}
 
 
 def register(name: str, *, cpu_seconds: float | dict[str, float] | None = None,
