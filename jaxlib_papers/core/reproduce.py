@@ -147,7 +147,9 @@ def register(name: str, *, cpu_seconds: float | dict[str, float] | None = None,
     name: the check's name (``--only=<name>``).
     cpu_seconds: how long the check took at the ``cpu`` preset when last measured (a
       scheduling hint only; checks without one are started after those with one); with
-      ``parts``, one figure per part.
+      ``parts``, one figure per part. Today's hints are the seconds of one main job (fresh
+      clone, 2 checks at a time on a 2-core machine, 2026-12-03), so the longest-first
+      order is that run's.
     parts: names of independent parts of the check (``--only=<name>/<part>`` runs one; the
       check runs those for which ``ctx.runs(part)`` is true and returns their claims in a
       fixed order). Empty: the check is one unit.

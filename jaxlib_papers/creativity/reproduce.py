@@ -128,7 +128,7 @@ def _config(preset: str, seed: int):
   return config
 
 
-@register("creativity", cpu_seconds=40)
+@register("creativity", cpu_seconds=21)
 def check(ctx: Context) -> list[Claim]:
   config = _config(ctx.preset, ctx.seed)
   result = train.run(config, None, data_file=ctx.data_file, log=ctx.progress)

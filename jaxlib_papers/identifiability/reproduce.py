@@ -182,7 +182,7 @@ def _table(results: dict[str, Any]) -> str:
   return "\n".join(lines) + "\n"
 
 
-@register("identifiability", cpu_seconds=325)
+@register("identifiability", cpu_seconds=567)
 def check(ctx: Context) -> list[Claim]:
   import time  # pylint: disable=g-import-not-at-top
 

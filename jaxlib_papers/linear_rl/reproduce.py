@@ -179,7 +179,7 @@ def _lqr_claim(ctx: Context, sizes: dict, summary: dict) -> Claim:
       holds=bool(any(spanned) and err_spanned <= 1e-6))
 
 
-@register("linear_rl", cpu_seconds=57, xla_flags={"linear_rl": COMPILE_BOUND_CPU_FLAGS})
+@register("linear_rl", cpu_seconds=81, xla_flags={"linear_rl": COMPILE_BOUND_CPU_FLAGS})
 def check(ctx: Context) -> list[Claim]:
   sizes = _SIZES[ctx.preset]
   claims: list[Claim] = []

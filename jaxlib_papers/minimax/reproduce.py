@@ -129,7 +129,7 @@ def _fairness_claim(fair: dict[str, train.MethodResult], data_tag: str) -> Claim
       data=data_tag)
 
 
-@register("minimax", cpu_seconds=38)
+@register("minimax", cpu_seconds=47)
 def check(ctx: Context) -> list[Claim]:
   smoke = ctx.preset == "smoke"
   seed = 42 + ctx.seed

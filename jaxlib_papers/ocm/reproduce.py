@@ -189,7 +189,7 @@ def mixture_config(preset: str, seed: int, overrides: dict):
   return config
 
 
-@register("ocm", cpu_seconds=346)
+@register("ocm", cpu_seconds=631)
 def check(ctx: Context) -> list[Claim]:
   from jaxlib_papers.ocm import plotting, train  # pylint: disable=g-import-not-at-top
   mixtures = MIXTURES[:1] if ctx.preset == "smoke" else MIXTURES

@@ -170,7 +170,7 @@ def _emt_claims(ctx: Context) -> tuple[list[Claim], list[str]]:
   return [claim], table
 
 
-@register("ruot", cpu_seconds=94)
+@register("ruot", cpu_seconds=146)
 def check(ctx: Context) -> list[Claim]:
   """Runs the gene hold-out experiment (and EMT) at ``ctx.preset``."""
   claims, table = _gene_claims(ctx)

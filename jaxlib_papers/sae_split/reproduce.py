@@ -165,7 +165,7 @@ def _load(ctx: Context, config) -> tuple[list[data.AffinityData], list[str]]:
   return sets, labels
 
 
-@register("sae_split", cpu_seconds=130)
+@register("sae_split", cpu_seconds=34)
 def check(ctx: Context) -> list[Claim]:
   config = default_config.get_config(ctx.preset)
   config.seed = ctx.seed

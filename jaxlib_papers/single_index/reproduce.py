@@ -188,7 +188,7 @@ def _config(preset: str, seed: int):
   return config
 
 
-@register("single_index", cpu_seconds=120,
+@register("single_index", cpu_seconds=68,
           xla_flags={"single_index": COMPILE_BOUND_CPU_FLAGS})
 def check(ctx: Context) -> list[Claim]:
   config = _config(ctx.preset, ctx.seed)

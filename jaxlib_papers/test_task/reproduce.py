@@ -129,7 +129,7 @@ def _official_table(ctx: Context) -> tuple[data_lib.ModelTable | None, str]:
   return data_lib.load_table(paths), f"{origin}: {data_lib.PREFIX}/ ({len(paths)} files)"
 
 
-@register("test_task", cpu_seconds=50, xla_flags={"test_task": COMPILE_BOUND_CPU_FLAGS})
+@register("test_task", cpu_seconds=30, xla_flags={"test_task": COMPILE_BOUND_CPU_FLAGS})
 def check(ctx: Context) -> list[Claim]:
   config = default_config.get_config(ctx.preset)
   config.seed = ctx.seed
