@@ -282,8 +282,12 @@ def _test_sets(settings: Settings, ligand: problems.Ligand):
 
 
 def run(config, workdir: str | pathlib.Path | None = None, *,
-        ligand: problems.Ligand | None = None, log=_print) -> RunResult:
+        ligand: problems.Ligand | None = None, log=_print,
+        mesh: jax.sharding.Mesh | None = None) -> RunResult:
   """The whole experiment (see the module docstring); ``results.json`` in ``workdir``.
+
+  ``mesh``: the training stages' mesh (default: every device; the members are sharded
+  over it).
 
   Raises:
     ValueError: a config value that is not allowed (its key named), before any work.
@@ -300,7 +304,7 @@ def run(config, workdir: str | pathlib.Path | None = None, *,
   energy = energy_fn(ligand)
   declared = (dock_stage(settings, dock_pools, energy),
               relax_stage(settings, relax_pools, energy))
-  out = stages.run_stages(declared, config, workdir, name="unbalanced_fm")
+  out = stages.run_stages(declared, config, workdir, mesh=mesh, name="unbalanced_fm")
   seconds.update({f"train_{k}": v for k, v in out.seconds.items()})
   test_apo, test_holo, test_docked = _test_sets(settings, ligand)
   dock, relax, samples = {}, {}, {"apo": np.asarray(test_apo[0, :8]),

@@ -1,10 +1,13 @@
 """The experiment: config checks before any work, and one tiny end-to-end run."""
 
+import functools
 import json
 
+import jax
 import numpy as np
 import pytest
 
+from jaxlib_papers.core import distributed
 from jaxlib_papers.unbalanced_fm import train
 from jaxlib_papers.unbalanced_fm.configs import default
 
@@ -26,11 +29,14 @@ def test_presets_build_and_bad_values_name_the_key_before_any_work(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def test_smoke_reproduction_check_holds_and_writes_typed_results(tmp_path):
+def test_smoke_reproduction_check_holds_and_writes_typed_results(tmp_path, monkeypatch):
   """The check at smoke (the pipeline end to end: couplings, the docking members, the
-  evaluation from p0); its JSON is the typed RunResult."""
+  evaluation from p0); its JSON is the typed RunResult. On a one-device mesh, as a user's
+  CPU (the 8-device sharding is test_unbalanced_fm_kernel's; here it doubled the time)."""
   from jaxlib_papers.core.reproduce import Context  # pylint: disable=g-import-not-at-top
   from jaxlib_papers.unbalanced_fm import reproduce  # pylint: disable=g-import-not-at-top
+  one_device = distributed.make_mesh(devices=jax.devices()[:1])
+  monkeypatch.setattr(train, "run", functools.partial(train.run, mesh=one_device))
   claims = reproduce.check(Context(preset="smoke", report_dir=tmp_path))
   assert claims and all(c.holds for c in claims), claims
   saved = json.loads((tmp_path / "unbalanced_fm.json").read_text())
