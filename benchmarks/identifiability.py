@@ -8,6 +8,15 @@ samples drawn by NumPy on the host every step; its simulation script does not ru
 released (it imports ``src.spaces`` and then calls ``spaces.``) and PyTorch is not
 installed here, so only ours is timed. Reported: compile time apart, then milliseconds per
 optimiser step for all runs together and per run, and the vMF sampler alone.
+
+``--members=map`` also times the same kernel with its member axis under ``lax.map`` (one
+member after another) instead of ``vmap``, alternating with the vmapped one, and says
+whether the trained parameters agree (issue 40: on XLA:CPU the vmapped DIET step's
+1000-row head runs as batched dots with a contraction of d = 5, 3-4x slower than the same
+dots one member at a time; seeds/identifiability.md, "Speed").
+
+  OPENBLAS_NUM_THREADS=1 python benchmarks/identifiability.py --objective=diet \
+      --batch=1024 --runs=3 --members=map
 """
 
 from __future__ import annotations
@@ -18,8 +27,59 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from jaxlib_papers.core import blocks
 from jaxlib_papers.identifiability import data, kernel
+
+
+def _map_members(step, *, batch_axis=None, rules=None, per_member=False, reduce=True):
+  """``blocks.vmap_members`` with ``lax.map`` over the members (one after another)."""
+  assert batch_axis is None, "the identifiability kernel draws its own batches"
+
+  def members(state, batch):
+    state, metrics = jax.lax.map(lambda member: step(member, batch), state)
+    if not reduce:
+      return state, metrics
+    return state, blocks.reduce_members(metrics, rules, per_member=per_member)
+
+  return members
+
+
+def _mapped_kernel(settings, variants):
+  vmap_members = blocks.vmap_members
+  blocks.vmap_members = _map_members   # make_kernel looks it up when called
+  try:
+    return kernel.make_kernel(settings, variants)
+  finally:
+    blocks.vmap_members = vmap_members
+
+
+def _compare_map(settings, variants, repeats: int) -> None:
+  """vmap against lax.map over the members, alternating; medians and the ratio."""
+  kernels = {"vmap": kernel.make_kernel(settings, variants),
+             "map": _mapped_kernel(settings, variants)}
+  steps, states, times = {}, {}, {name: [] for name in kernels}
+  for name, kern in kernels.items():
+    steps[name] = jax.jit(kern.train_step)
+    states[name] = jax.block_until_ready(steps[name](jax.jit(kern.init)(
+        jax.random.key(0)), None)[0])
+  for _ in range(repeats):
+    for name in kernels:
+      start = time.perf_counter()
+      states[name] = jax.block_until_ready(steps[name](states[name], None)[0])
+      times[name].append((time.perf_counter() - start) / settings.steps_per_call)
+  med = {name: statistics.median(t) for name, t in times.items()}
+  leaves = {name: np.concatenate([np.ravel(x) for x in jax.tree.leaves(
+      jax.device_get(st.params))]) for name, st in states.items()}
+  diff = float(np.max(np.abs(leaves["vmap"] - leaves["map"])))
+  print(f"members vmapped: {1e3 * med['vmap']:.2f} ms per step (min "
+        f"{1e3 * min(times['vmap']):.2f}, max {1e3 * max(times['vmap']):.2f}); lax.map: "
+        f"{1e3 * med['map']:.2f} ms (min {1e3 * min(times['map']):.2f}, max "
+        f"{1e3 * max(times['map']):.2f}); vmap / map {med['vmap'] / med['map']:.2f}x; "
+        f"parameters after {repeats + 1} calls: max |vmap - map| {diff:.3g}"
+        + (" (bitwise equal)" if diff == 0.0 else " (not bitwise: rounding differs, "
+           "then training diverges)"))
 
 
 def _time(fn, *args, repeats: int) -> tuple[float, float]:
@@ -44,6 +104,8 @@ def main():
   parser.add_argument("--steps_per_call", type=int, default=50)
   parser.add_argument("--runs", type=int, default=3, help="seeds vmapped in one program")
   parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--members", choices=("vmap", "map"), default="vmap",
+                      help="map: also time the member axis under lax.map, alternating")
   args = parser.parse_args()
 
   settings = kernel.Settings(
@@ -65,6 +127,8 @@ def main():
   compile_s, sample_s = _time(sampler, jax.random.key(1), repeats=args.repeats * 4)
   print(f"vMF sampler ({args.batch * args.runs} samples, d={args.dim}): compile "
         f"{compile_s:.2f} s; {1e3 * sample_s:.3f} ms per call")
+  if args.members == "map":
+    _compare_map(settings, kernel.make_variants(args.runs, (10.0,)), args.repeats)
   print("official code: not timed (does not run as released; PyTorch not installed)")
 
 
