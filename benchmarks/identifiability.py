@@ -12,11 +12,15 @@ optimiser step for all runs together and per run, and the vMF sampler alone.
 ``--members=map`` also times the same kernel with its member axis under ``lax.map`` (one
 member after another) instead of ``vmap``, alternating with the vmapped one, and says
 whether the trained parameters agree (issue 40: on XLA:CPU the vmapped DIET step's
-1000-row head runs as batched dots with a contraction of d = 5, 3-4x slower than the same
-dots one member at a time; seeds/identifiability.md, "Speed").
+1000-row head and its softmax cross-entropy run slower batched over the members than one
+member at a time; seeds/identifiability.md, "Speed"). The kernel now runs only the head's
+logits and cross-entropy one member at a time (``Settings.head_per_member``,
+``blocks.member_mapped_loss``: the trained state bitwise the same); ``--members=head``
+times it against the head batched over the members (``head_per_member=False``, the kernel
+before), alternating, and checks that the parameters are bitwise equal.
 
   OPENBLAS_NUM_THREADS=1 python benchmarks/identifiability.py --objective=diet \
-      --batch=1024 --runs=6 --members=map    # the check's diet_d5: 6 members
+      --batch=1024 --runs=6 --members=head   # the check's diet_d5: 6 members
 """
 
 from __future__ import annotations
@@ -55,10 +59,8 @@ def _mapped_kernel(settings, variants):
     blocks.vmap_members = vmap_members
 
 
-def _compare_map(settings, variants, repeats: int) -> None:
-  """vmap against lax.map over the members, alternating; medians and the ratio."""
-  kernels = {"vmap": kernel.make_kernel(settings, variants),
-             "map": _mapped_kernel(settings, variants)}
+def _compare(settings, kernels, repeats: int) -> None:
+  """Two kernels of the same runs, alternating; medians, their ratio and the parameters."""
   steps, states, times = {}, {}, {name: [] for name in kernels}
   for name, kern in kernels.items():
     steps[name] = jax.jit(kern.train_step)
@@ -72,14 +74,15 @@ def _compare_map(settings, variants, repeats: int) -> None:
   med = {name: statistics.median(t) for name, t in times.items()}
   leaves = {name: np.concatenate([np.ravel(x) for x in jax.tree.leaves(
       jax.device_get(st.params))]) for name, st in states.items()}
-  diff = float(np.max(np.abs(leaves["vmap"] - leaves["map"])))
-  print(f"members vmapped: {1e3 * med['vmap']:.2f} ms per step (min "
-        f"{1e3 * min(times['vmap']):.2f}, max {1e3 * max(times['vmap']):.2f}); lax.map: "
-        f"{1e3 * med['map']:.2f} ms (min {1e3 * min(times['map']):.2f}, max "
-        f"{1e3 * max(times['map']):.2f}); vmap / map {med['vmap'] / med['map']:.2f}x; "
-        f"parameters after {repeats + 1} calls: max |vmap - map| {diff:.3g}"
-        + (" (bitwise equal)" if diff == 0.0 else " (not bitwise: rounding differs, "
-           "then training diverges)"))
+  (a, b) = kernels
+  diff = float(np.max(np.abs(leaves[a] - leaves[b])))
+  print("; ".join(f"{name}: {1e3 * med[name]:.2f} ms per step (min "
+                  f"{1e3 * min(times[name]):.2f}, max {1e3 * max(times[name]):.2f})"
+                  for name in kernels)
+        + f"; {a} / {b} {med[a] / med[b]:.2f}x; parameters after {repeats + 1} calls: "
+        f"max |{a} - {b}| {diff:.3g}"
+        + (" (bitwise equal)" if np.array_equal(leaves[a], leaves[b]) else
+           " (not bitwise: rounding differs, then training diverges)"))
 
 
 def _time(fn, *args, repeats: int) -> tuple[float, float]:
@@ -104,8 +107,9 @@ def main():
   parser.add_argument("--steps_per_call", type=int, default=50)
   parser.add_argument("--runs", type=int, default=3, help="seeds vmapped in one program")
   parser.add_argument("--repeats", type=int, default=5)
-  parser.add_argument("--members", choices=("vmap", "map"), default="vmap",
-                      help="map: also time the member axis under lax.map, alternating")
+  parser.add_argument("--members", choices=("vmap", "map", "head"), default="vmap",
+                      help="map: also time the member axis under lax.map; head: also time "
+                      "the head batched over members (head_per_member=False); alternating")
   args = parser.parse_args()
 
   settings = kernel.Settings(
@@ -127,8 +131,15 @@ def main():
   compile_s, sample_s = _time(sampler, jax.random.key(1), repeats=args.repeats * 4)
   print(f"vMF sampler ({args.batch * args.runs} samples, d={args.dim}): compile "
         f"{compile_s:.2f} s; {1e3 * sample_s:.3f} ms per call")
+  variants = kernel.make_variants(args.runs, (10.0,))
   if args.members == "map":
-    _compare_map(settings, kernel.make_variants(args.runs, (10.0,)), args.repeats)
+    _compare(settings, {"vmap": kernel.make_kernel(settings, variants),
+                        "map": _mapped_kernel(settings, variants)}, args.repeats)
+  if args.members == "head":
+    batched = settings._replace(head_per_member=False)
+    _compare(settings, {"batched_head": kernel.make_kernel(batched, variants),
+                        "per_member_head": kernel.make_kernel(settings, variants)},
+             args.repeats)
   print("official code: not timed (does not run as released; PyTorch not installed)")
 
 

@@ -18,6 +18,8 @@ A method's kernel is its paper's loss plus a few of these, the way optax's ``ada
   with a patience counter for early stopping.
 * :func:`where_tree`: select between two pytrees leaf by leaf (a stopped member keeps its
   state).
+* :func:`member_mapped_loss`: a loss whose value and gradient run one member at a time
+  under ``vmap`` (``lax.map``; faster on XLA:CPU for a linear head's softmax cross-entropy).
 
 Names: a *step* is ``step(state, batch) -> (state, metrics)``, ``metrics`` a dict of arrays.
 """
@@ -248,6 +250,70 @@ def vmap_partition(steps: Sequence[Step], groups: Sequence[np.ndarray | Sequence
     return state, reduce_members(metrics, rules, per_member=per_member)
 
   return members
+
+
+def member_mapped_loss(loss_fn: Callable[..., jax.Array], argnums: Sequence[int] = (0,)
+                       ) -> Callable[..., jax.Array]:
+  """``loss_fn`` whose value and gradient run one member at a time under ``vmap``.
+
+  Under :func:`vmap_members` every op of a member's step is batched over the members. For a
+  loss over a large intermediate, such as the ``[B, K]`` logits of a linear head on a few
+  features (``[B, d] @ [d, K]``, ``d = 5``, ``K = 1000``) and their softmax cross-entropy,
+  XLA:CPU runs the batched program slower than the same program one member after another
+  (mostly the softmax over the logits: one member's ``[B, K]`` block stays in cache; the
+  dots alone are not faster unbatched; seeds/identifiability.md, "Speed"). The returned
+  function equals ``loss_fn``; under ``vmap`` it computes ``value_and_grad(loss_fn)`` with
+  ``lax.map`` over the batched axis (an unbatched argument broadcast to it; a nested
+  ``vmap`` maps every axis), keeps the gradients from the forward pass and returns them
+  times the incoming cotangent. When the
+  loss is the differentiated output (cotangent 1, as in :func:`gradient_step`), every
+  member runs the same ops as autodiff of the vmapped ``loss_fn``; whether XLA:CPU rounds
+  them the same batched and unbatched depends on the shapes: bitwise for the
+  identifiability head (d = 5, K = 100 or 1000, batch 64 to 1024: gradients and trained
+  states; ``tests/core/test_core_blocks.py``), not at d = 3, K = 16, batch 32 (last
+  bits), and a loss value may differ in its last bit (the batch mean reduced in another
+  order). The gradient is computed even when only the value is used, so keep a plain
+  ``loss_fn`` for evaluation; first derivatives only (the backward pass returns the saved
+  gradients, so a second derivative through it is wrong).
+
+  Args:
+    loss_fn: ``loss_fn(*args) -> []``, one member's scalar loss (e.g. ``features [B, d]``,
+      ``w [K, d]``, ``labels [B]``).
+    argnums: the positions of the arguments differentiated; the others are constants (no
+      gradient flows to them; integer labels, for instance).
+
+  Returns:
+    ``loss(*args) -> []``, equal to ``loss_fn(*args)``.
+  """
+  argnums = tuple(int(i) for i in argnums)
+
+  @jax.custom_batching.custom_vmap
+  def value_and_grad(*args: jax.Array) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+    return jax.value_and_grad(loss_fn, argnums=argnums)(*args)
+
+  @value_and_grad.def_vmap
+  def value_and_grad_vmap(axis_size, in_batched, *args):
+    # Each member calls value_and_grad again, so an outer vmap is mapped as well.
+    args = tuple(x if batched else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
+                 for x, batched in zip(args, in_batched))
+    out = jax.lax.map(lambda member: value_and_grad(*member), args)
+    return out, jax.tree.map(lambda _: True, out)
+
+  @jax.custom_vjp
+  def loss(*args: jax.Array) -> jax.Array:
+    return value_and_grad(*args)[0]
+
+  def loss_fwd(*args):
+    value, grads = value_and_grad(*args)
+    return value, (grads, args)   # the arguments only for their number (unused: no cost)
+
+  def loss_bwd(residuals, cotangent):
+    grads, args = residuals
+    grads = dict(zip(argnums, grads))
+    return tuple(cotangent * grads[i] if i in grads else None for i in range(len(args)))
+
+  loss.defvjp(loss_fwd, loss_bwd)
+  return loss
 
 
 def member_keys(key: jax.Array, num_members: int,

@@ -203,6 +203,39 @@ def test_member_metric_rules_and_seed_index():
     blocks.member_keys(jax.random.key(0), 3, seed_index=[0, 1])
 
 
+def test_member_mapped_loss_equals_the_vmapped_loss_bitwise():
+  """Value and gradients of a linear head's CE: bitwise those of the plain loss under vmap
+  (the gradient inside or outside the vmap, nested vmaps, an unbatched argument), and close
+  to them for a cotangent other than 1."""
+  rng = np.random.default_rng(0)
+  h = jnp.asarray(rng.normal(size=(2, 3, 16, 5)), jnp.float32)
+  w = jnp.asarray(rng.normal(size=(2, 3, 40, 5)), jnp.float32)
+  y = jnp.asarray(rng.integers(0, 40, (2, 3, 16)))
+
+  def plain(h, w, y):
+    return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(h @ w.T, y))
+
+  mapped = blocks.member_mapped_loss(plain, argnums=(0, 1))
+
+  def check(transform, *args, bitwise=True):
+    want = jax.tree.leaves(jax.jit(transform(plain))(*args))
+    got = jax.tree.leaves(jax.jit(transform(mapped))(*args))
+    for a, b in zip(want, got, strict=True):
+      if bitwise:
+        assert np.array_equal(a, b)
+      else:
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+  grad = lambda f: jax.value_and_grad(f, argnums=(0, 1))
+  check(grad, h[0, 0], w[0, 0], y[0, 0])                           # no vmap
+  check(lambda f: jax.vmap(grad(f)), h[0], w[0], y[0])              # as in a vmapped step
+  check(lambda f: jax.vmap(jax.vmap(grad(f))), h, w, y)             # nested
+  check(lambda f: grad(lambda *a: jnp.sum(jax.vmap(f)(*a))), h[0], w[0], y[0])
+  check(lambda f: jax.vmap(grad(f), in_axes=(0, 0, None)), h[0], w[0], y[0, 0])
+  check(lambda f: jax.vmap(grad(f), in_axes=(0, None, 0)), h[0], w[0, 0], y[0])
+  check(lambda f: jax.vmap(grad(lambda *a: 3.0 * f(*a))), h[0], w[0], y[0], bitwise=False)
+
+
 def test_ema_update_is_the_running_average():
   ema = {"w": jnp.zeros(2)}
   for value in (1.0, 2.0):
