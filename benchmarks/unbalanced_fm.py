@@ -18,6 +18,10 @@ conditional FM on a velocity MLP (width ``--hidden``, 3 hidden layers, time as a
   Kabsch cost and no cutoff rule), ``ConditionalFlowMatcher(sigma=0)``'s
   ``sample_location_and_conditional_flow`` and one torch Adam step on the same MLP shape.
 
+* the energy (``energy``): value and gradient of the flat-bottom energy at the dock stage's
+  shapes, ours against autodiff of the plain form, alternating (no official counterpart:
+  the official relaxation loss runs on RDKit bounds this toy does not have).
+
 Each row: the median seconds per step over ``--repeats`` timed calls after a warm-up call
 (which compiles ours). Without ``--official_dir`` or without torch / torchcfm installed only
 ours is timed, and the script says so.
@@ -82,6 +86,44 @@ def ours(batch: int, hidden: int, members: int, repeats: int) -> dict[str, float
   return out
 
 
+def energy(batch: int, members: int, repeats: int) -> dict[str, float]:
+  """Seconds per value-and-gradient of the flat-bottom energy on ``members // 2 x batch``
+  docked-like conformers (the energy-on half of the dock stage's members): ours
+  (``geometry.flat_bottom_energy``, whose pocket term has its gradient written out,
+  ``geometry.pocket_hinge``) against autodiff of the same energy written plainly (the
+  ``[..., A, P, 3]`` differences; the form before 2026-12-04), alternating, medians."""
+  rng = np.random.default_rng(0)
+  ligand = problems.make_ligand()
+  x = problems.sample_apo(rng, ligand, (members // 2) * batch)
+  x = jnp.asarray(x.reshape(members // 2, batch, -1, 3), jnp.float32)
+  pocket, geo = jnp.asarray(ligand.pocket, jnp.float32), ligand.geometry
+
+  def plain(z):
+    pair = geometry.flat_bottom_energy(z, pocket[:0], geo)     # no pocket points: pairs only
+    diff = z[..., :, None, :] - pocket
+    near = jax.nn.relu(geo.pocket_min - geometry.safe_sqrt((diff ** 2).sum(-1)))
+    return (pair + near.sum((-1, -2))).sum()
+
+  fns = {"autodiff of the plain form": jax.jit(jax.value_and_grad(plain)),
+         "ours (pocket_hinge)": jax.jit(jax.value_and_grad(
+             lambda z: geometry.flat_bottom_energy(z, pocket, geo).sum()))}
+  values = {name: fn(x) for name, fn in fns.items()}
+  (v0, g0), (v1, g1) = values.values()
+  print(f"energy: value {float(v0):.6g} vs {float(v1):.6g}, gradient max |diff| "
+        f"{float(jnp.abs(g0 - g1).max()):.2e} (max |grad| {float(jnp.abs(g0).max()):.3g})")
+  times = {name: [] for name in fns}
+  for _ in range(repeats):
+    for name, fn in fns.items():
+      start = time.perf_counter()
+      jax.block_until_ready(fn(x))
+      times[name].append(time.perf_counter() - start)
+  out = {f"energy value + grad, {name}": statistics.median(t) for name, t in times.items()}
+  ratio = [a / b for a, b in zip(*times.values())]
+  print(f"energy: plain / ours per alternating round, median {statistics.median(ratio):.1f}x "
+        f"(min {min(ratio):.1f}x, max {max(ratio):.1f}x)")
+  return out
+
+
 def official(batch: int, hidden: int, repeats: int) -> dict[str, float]:
   """Seconds per step of torchcfm's exact and unbalanced samplers + one FM Adam step."""
   import torch  # pylint: disable=g-import-not-at-top
@@ -122,6 +164,7 @@ def main() -> None:
   parser.add_argument("--repeats", type=int, default=20)
   args = parser.parse_args()
   rows = ours(args.batch, args.hidden, args.members, args.repeats)
+  rows |= energy(args.batch, args.members, args.repeats)
   if args.official_dir:
     if os.path.isdir(args.official_dir):
       sys.path.insert(0, os.path.abspath(args.official_dir))
@@ -133,7 +176,9 @@ def main() -> None:
     print("official side not timed (no --official_dir): ours only")
   print(f"B = {args.batch}, D = 24, MLP width {args.hidden} x 3, {jax.default_backend()}")
   for name, seconds in rows.items():
-    print(f"  {name:48s} {1e3 * seconds:8.2f} ms / step (per member)")
+    unit = ("ms / call (all conformers)" if name.startswith("energy") else
+            "ms / step (per member)")
+    print(f"  {name:48s} {1e3 * seconds:8.2f} {unit}")
 
 
 if __name__ == "__main__":

@@ -91,6 +91,56 @@ def _pocket_distance(x: jax.Array, pocket: jax.Array) -> jax.Array:
   return safe_sqrt((diff ** 2).sum(-1))
 
 
+def _pocket_squared(x: jax.Array, pocket: jax.Array) -> jax.Array:
+  """``[..., A, P]`` squared distances, one coordinate at a time (no size-3 minor axis,
+  which XLA:CPU vectorises poorly: 3-5x slower forward at the dock stage's shapes)."""
+  return sum((x[..., k:k + 1] - pocket[:, k]) ** 2 for k in range(3))
+
+
+def _pocket_hinge_parts(x, pocket, margin):
+  d2 = _pocket_squared(x, pocket)
+  inside = d2 < margin * margin
+  d = safe_sqrt(jnp.where(inside, d2, 0.0))
+  value = jnp.where(inside, margin - d, 0.0).sum((-1, -2))
+  # d/dx_a of (margin - |x_a - p|) is -(x_a - p) / |x_a - p| inside (0 where the points
+  # coincide, as safe_sqrt's gradient).
+  w = jnp.where(inside & (d2 > 0), 1.0 / jnp.where(d2 > 0, d, 1.0), 0.0)
+  return value, (w, inside)
+
+
+@jax.custom_vjp
+def pocket_hinge(x: jax.Array, pocket: jax.Array, margin: jax.Array) -> jax.Array:
+  """``sum_{a, p} relu(margin - |x_a - p|)`` per conformer: ``x [..., A, 3]``,
+  ``pocket [P, 3]`` -> ``[...]``.
+
+  The gradient is written out (``w_ap = [|x_a - p| < margin] / |x_a - p|``, then
+  ``dx_a = -(x_a sum_p w_ap - (w @ pocket)_a)``, a matmul) instead of differentiating the
+  ``[..., A, P, 3]`` differences: the same value and gradient as
+  ``relu(margin - safe_sqrt(...))`` to rounding, 74 ms -> 1.9 ms for value and gradient at
+  the dock stage's 6 x 128 conformers of 8 atoms against 469 pocket points (one core).
+  First derivatives only (reverse mode).
+  """
+  return _pocket_hinge_parts(x, pocket, margin)[0]
+
+
+def _pocket_hinge_fwd(x, pocket, margin):
+  value, (w, inside) = _pocket_hinge_parts(x, pocket, margin)
+  return value, (x, pocket, margin, w, inside)
+
+
+def _pocket_hinge_bwd(residuals, g):
+  x, pocket, margin, w, inside = residuals
+  gw = g[..., None, None] * w                                        # [..., A, P]
+  gx = gw @ pocket - x * gw.sum(-1, keepdims=True)
+  lead = tuple(range(gw.ndim - 1))
+  gp = jnp.einsum("...ap,...ac->pc", gw, x) - pocket * gw.sum(lead)[:, None]
+  gm = (g[..., None, None] * inside).sum()
+  return gx, gp, jnp.asarray(gm, jnp.result_type(margin))
+
+
+pocket_hinge.defvjp(_pocket_hinge_fwd, _pocket_hinge_bwd)
+
+
 def _masks(num_atoms: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   i, j = np.triu_indices(num_atoms, 1)
   gap = j - i
@@ -129,5 +179,5 @@ def flat_bottom_energy(x: ArrayLike, pocket: ArrayLike, geometry: Geometry) -> j
   band = jax.nn.relu(jnp.abs(d - ideal) - geometry.slack * ideal)
   near = jax.nn.relu(geometry.nonlocal_min - d)
   pair = jnp.where(local, band, near).sum(-1)
-  pocket_term = jax.nn.relu(geometry.pocket_min - _pocket_distance(x, jnp.asarray(pocket)))
-  return pair + pocket_term.sum((-1, -2))
+  pocket = jnp.asarray(pocket, x.dtype)
+  return pair + pocket_hinge(x, pocket, jnp.asarray(geometry.pocket_min, x.dtype))

@@ -104,3 +104,33 @@ def test_members_sharded_over_8_devices_equal_one_device(setup):
   out_one, _ = step(one, None)
   for a, b in zip(jax.tree.leaves(out_sharded.params), jax.tree.leaves(out_one.params)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=1e-6)
+
+
+def test_pocket_hinge_matches_autodiff_of_the_plain_form():
+  """The written-out gradient equals autodiff of relu(m - |x - p|) (x, pocket and margin),
+  also at a conformer atom sitting exactly on a pocket point, and under jit and vmap."""
+  rng = np.random.default_rng(3)
+  pocket = jnp.asarray(rng.normal(size=(40, 3)) * 2.0, jnp.float32)
+  x = jnp.asarray(rng.normal(size=(2, 5, 8, 3)) * 2.0, jnp.float32)
+  x = x.at[0, 0, 0].set(pocket[7])                  # coincident: distance 0
+  margin = jnp.asarray(2.65, jnp.float32)
+  coef = jnp.asarray(rng.normal(size=(2, 5)), jnp.float32)
+
+  def plain(x, pocket, margin):
+    diff = x[..., :, None, :] - pocket
+    return jax.nn.relu(margin - geometry.safe_sqrt((diff ** 2).sum(-1))).sum((-1, -2))
+
+  for f in (plain, geometry.pocket_hinge):
+    assert f(x, pocket, margin).shape == (2, 5)
+  want = jax.value_and_grad(lambda *a: (coef * plain(*a)).sum(), argnums=(0, 1, 2))
+  got = jax.jit(jax.value_and_grad(lambda *a: (coef * geometry.pocket_hinge(*a)).sum(),
+                                   argnums=(0, 1, 2)))
+  (v0, g0), (v1, g1) = want(x, pocket, margin), got(x, pocket, margin)
+  np.testing.assert_allclose(float(v1), float(v0), rtol=1e-5)
+  assert float(v0) != 0.0 and float(jnp.abs(g0[0]).max()) > 0
+  for a, b in zip(g1, g0):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
+  assert np.all(np.isfinite(np.asarray(g1[0])))      # incl. the coincident atom
+  per = jax.vmap(jax.grad(lambda z: geometry.pocket_hinge(z, pocket, margin).sum()))(x)
+  np.testing.assert_allclose(np.asarray(per), np.asarray(
+      jax.grad(lambda z: plain(z, pocket, margin).sum())(x)), rtol=1e-4, atol=1e-4)
