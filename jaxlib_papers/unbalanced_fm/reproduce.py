@@ -118,9 +118,9 @@ def _energy_claim(dock: dict) -> list[Claim]:
                 "prototype .036->.062, .142->.251, .263->.328",
                 f"{per}; mean gain {gains.mean():.3f} (per seed {_spread(gains.mean(0))})",
                 bool(gains.mean() >= 0.02),
-                why="budget (cat. 2): our small flows' samples are almost never valid, so there "
-                    "is nothing to raise; a 3 x 256 MLP at 2500 steps gains .09 (seed 0; "
-                    "seeds/unbalanced_fm.md)")]
+                why="budget (cat. 2): the flows' samples are almost never valid, so there is "
+                    "nothing to raise; below the brief's 3 x 256 MLP and 2000 steps it missed "
+                    "(seeds/unbalanced_fm.md)")]
 
 
 def _relax_claims(relax: dict) -> list[Claim]:
