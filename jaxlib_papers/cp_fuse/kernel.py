@@ -12,6 +12,10 @@
   solver); greedy (temperature 0) or sampling; an optional MemFree-style n-gram blocker
   (the blocked tokens are masked after fusing). Models may rule tokens out (-inf
   log-probabilities, e.g. top-k): those are never picked (:func:`fusion.fused_logits`).
+  Each step recomputes both models on the whole buffer.
+* :func:`decode_cached`: the same decode with both models run on the newest token alone,
+  the earlier positions' attention keys and values kept in a cache (the kernel's
+  ``init_cache`` / ``step_log_probs``); what the evaluation uses.
 * :func:`fused_token_log_probs`: teacher forcing for held-out perplexity under any rule.
 
 No jit here.
@@ -30,7 +34,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxlib_papers.core import blocks, contract, prng
-from jaxlib_papers.cp_fuse import fusion
+from jaxlib_papers.cp_fuse import fusion, models
 
 Array = jax.Array
 PyTree = Any
@@ -76,15 +80,20 @@ def make_lm_kernel(model: nn.Module, optimizer: optax.GradientTransformation, *,
   """M causal LMs trained side by side (one vmapped step).
 
   Args:
-    model: ``model.apply({"params": p}, tokens [B, T]) -> logits [B, T, V]``.
+    model: ``model.apply({"params": p}, tokens [B, T]) -> logits [B, T, V]`` (a
+      :class:`models.CausalLM` for the decoding extras ``init_cache``, ``step_log_probs``).
     optimizer: applied to each model separately (vmapped).
     num_models: M.
     seq_len: T, the input length (a batch row holds T + 1 tokens).
 
   Returns:
     TrainKernel with ``train_step(state, batch [B, M, T + 1] int32)`` (metrics: ``loss``,
-    the mean next-token cross-entropy over the models, and ``loss_max``) and the extra
-    ``log_probs(params [M, ...], tokens [M, B, T]) -> [M, B, T, V]``.
+    the mean next-token cross-entropy over the models, and ``loss_max``) and the extras
+    ``log_probs(params [M, ...], tokens [M, B, T]) -> [M, B, T, V]``,
+    ``init_cache(B) -> cache`` (the empty decoding cache, leaves [M, B, ...]) and
+    ``step_log_probs(params [M, ...], cache, tokens [M, B]) -> ([M, B, V], cache)``: the
+    next-token log-probabilities after one more token per row, the earlier ones read from
+    the cache (what ``log_probs`` gives at that position, computed for it alone).
   """
   if num_models <= 0 or seq_len <= 0:
     raise ValueError(f"num_models and seq_len must be positive; got {num_models}, {seq_len}")
@@ -115,7 +124,20 @@ def make_lm_kernel(model: nn.Module, optimizer: optax.GradientTransformation, *,
     return jax.vmap(lambda p, t: jax.nn.log_softmax(model.apply({"params": p}, t), -1))(
         params, tokens)
 
-  return contract.train_kernel(init, train_step, log_probs=log_probs)
+  def init_cache(batch):
+    cache = models.empty_cache(model, batch)
+    return jax.tree.map(lambda x: jnp.broadcast_to(x, (num_models, *x.shape)), cache)
+
+  def step_log_probs(params, cache, tokens):
+    decoder = model.clone(decode=True)
+
+    def one(p, c, t):
+      logits, new = decoder.apply({"params": p, "cache": c}, t[:, None], mutable=["cache"])
+      return jax.nn.log_softmax(logits[:, 0], -1), new["cache"]
+    return jax.vmap(one)(params, cache, tokens)
+
+  return contract.train_kernel(init, train_step, log_probs=log_probs, init_cache=init_cache,
+                               step_log_probs=step_log_probs)
 
 
 class DecodeOptions(NamedTuple):
@@ -189,7 +211,7 @@ def rule_weights(opts: DecodeOptions, by_grid: fusion.Weights, by_exact: fusion.
 
 class _DecodeContext(NamedTuple):
   """What every step of :func:`decode`'s scan reads (fixed over the scan)."""
-  log_probs_fn: Callable[[PyTree, Array], Array]
+  log_probs_fn: Callable[..., Any]  # decode's log_probs, or decode_cached's step_log_probs
   pair_params: PyTree
   opts: DecodeOptions
   settings: DecodeSettings
@@ -212,14 +234,21 @@ def _choose_token(ctx: _DecodeContext, fused: Array, buf: Array, pos: Array,
   return token.astype(jnp.int32), key
 
 
-def _decode_step(ctx: _DecodeContext, carry: tuple[Array, Array, Array], t: Array):
-  """One new token: both models' log-probs, the weights, the fused pick, the histories."""
-  buf, history, key = carry
-  batch, total = buf.shape
-  pos = ctx.prompt_len + t - 1
-  inputs = jnp.broadcast_to(buf[None, :, :total - 1], (2, batch, total - 1))
-  logp = ctx.log_probs_fn(ctx.pair_params, inputs)                       # [2, B, T, V]
-  logp = jax.lax.dynamic_index_in_dim(logp, pos, axis=2, keepdims=False)  # [2, B, V]
+def _fuse_and_pick(ctx: _DecodeContext, logp: Array, buf: Array, history: Array,
+                   key: Array, pos: Array):
+  """The weights, the fused pick and the histories at one step, from both models' log-probs.
+
+  Args:
+    logp: [2, B, V] both models' next-token log-probabilities after position ``pos``.
+    buf: [B, P + N] the tokens so far (position ``pos`` the last one written).
+    history: [B, 2] S_i before this step.
+    key: the sampling key.
+    pos: [] int32.
+
+  Returns:
+    ((buf, history, key) after the step, the step's :class:`DecodeOutput` fields).
+  """
+  batch = buf.shape[0]
   l1, l2 = logp[0], logp[1]
   by_grid = fusion.grid_solve(l1, l2, history, ctx.pairs)
   by_exact = fusion.exact_solve(l1, l2, history, ctx.settings.bisection_iterations)
@@ -232,6 +261,47 @@ def _decode_step(ctx: _DecodeContext, carry: tuple[Array, Array, Array], t: Arra
   out = (token, alpha, beta, per_model, by_grid.objective, by_exact.objective,
          by_exact.alpha, history)
   return (buf, history + chosen.T, key), out
+
+
+def _decode_step(ctx: _DecodeContext, carry: tuple[Array, Array, Array], t: Array):
+  """One new token: both models' log-probs on the whole buffer, then the fused pick."""
+  buf, history, key = carry
+  batch, total = buf.shape
+  pos = ctx.prompt_len + t - 1
+  inputs = jnp.broadcast_to(buf[None, :, :total - 1], (2, batch, total - 1))
+  logp = ctx.log_probs_fn(ctx.pair_params, inputs)                       # [2, B, T, V]
+  logp = jax.lax.dynamic_index_in_dim(logp, pos, axis=2, keepdims=False)  # [2, B, V]
+  return _fuse_and_pick(ctx, logp, buf, history, key, pos)
+
+
+def _cached_decode_step(ctx: _DecodeContext, carry, t: Array):
+  """One new token: both models on the last token alone (the cache holds the rest)."""
+  (buf, history, key), cache = carry
+  pos = ctx.prompt_len + t - 1
+  last = jax.lax.dynamic_index_in_dim(buf, pos, axis=1, keepdims=False)  # [B]
+  logp, cache = ctx.log_probs_fn(ctx.pair_params, cache,
+                                 jnp.broadcast_to(last[None], (2, *last.shape)))
+  state, out = _fuse_and_pick(ctx, logp, buf, history, key, pos)
+  return (state, cache), out
+
+
+def _check_decode_inputs(prompts: Array, settings: DecodeSettings) -> None:
+  chex.assert_rank(prompts, 2)
+  chex.assert_type(prompts, jnp.int32)
+  ngram_table = settings.ngram_table
+  if int(settings.num_new) <= 0:
+    raise ValueError(f"num_new must be positive; got {settings.num_new}")
+  if ngram_table is not None and prompts.shape[1] < ngram_table.shape[1] - 1:
+    raise ValueError(f"prompts must have at least n - 1 = {ngram_table.shape[1] - 1} "
+                     f"tokens for the n-gram blocker; got {prompts.shape[1]}")
+
+
+def _decode_output(outs, final_history: Array) -> DecodeOutput:
+  """The scan's stacked step outputs ([N, B, ...]) as :class:`DecodeOutput` ([B, N, ...])."""
+  tokens, alpha, beta, per_model, grid_obj, exact_obj, lam, history = jax.tree.map(
+      lambda x: jnp.moveaxis(x, 0, 1), outs)
+  history = jnp.concatenate([history, final_history[:, None]], axis=1)
+  return DecodeOutput(tokens, alpha, beta, per_model, grid_obj, exact_obj, lam, history)
 
 
 def decode(log_probs_fn: Callable[[PyTree, Array], Array], pair_params: PyTree,
@@ -257,25 +327,58 @@ def decode(log_probs_fn: Callable[[PyTree, Array], Array], pair_params: PyTree,
   Returns:
     :class:`DecodeOutput`.
   """
-  chex.assert_rank(prompts, 2)
-  chex.assert_type(prompts, jnp.int32)
-  num_new, ngram_table = int(settings.num_new), settings.ngram_table
-  if num_new <= 0:
-    raise ValueError(f"num_new must be positive; got {num_new}")
+  _check_decode_inputs(prompts, settings)
+  num_new = int(settings.num_new)
   batch, prompt_len = prompts.shape
-  if ngram_table is not None and prompt_len < ngram_table.shape[1] - 1:
-    raise ValueError(f"prompts must have at least n - 1 = {ngram_table.shape[1] - 1} "
-                     f"tokens for the n-gram blocker; got {prompt_len}")
   buffer = jnp.concatenate([prompts, jnp.zeros((batch, num_new), jnp.int32)], axis=1)
   ctx = _DecodeContext(log_probs_fn, pair_params, opts, settings,
                        fusion.grid_pairs(settings.grid), prompt_len)
   init = (buffer, jnp.zeros((batch, 2), jnp.float32), key)
   (_, final_history, _), outs = jax.lax.scan(functools.partial(_decode_step, ctx), init,
                                              jnp.arange(num_new))
-  tokens, alpha, beta, per_model, grid_obj, exact_obj, lam, history = jax.tree.map(
-      lambda x: jnp.moveaxis(x, 0, 1), outs)
-  history = jnp.concatenate([history, final_history[:, None]], axis=1)
-  return DecodeOutput(tokens, alpha, beta, per_model, grid_obj, exact_obj, lam, history)
+  return _decode_output(outs, final_history)
+
+
+def decode_cached(step_log_probs: Callable[[PyTree, PyTree, Array], tuple[Array, PyTree]],
+                  cache: PyTree, pair_params: PyTree, prompts: Array, key: Array,
+                  opts: DecodeOptions, settings: DecodeSettings) -> DecodeOutput:
+  """:func:`decode` with the models run one position at a time on a key-value cache.
+
+  The same decode as :func:`decode` (the same rule, picks, histories and outputs): the
+  log-probabilities after position t depend on the tokens up to t only (causal models),
+  so instead of recomputing both models on the whole buffer at every step (P + N
+  positions), each step runs them on the newest token alone and reads the earlier
+  positions' attention keys and values from ``cache``: ~(P + N) times fewer model FLOPs.
+  The prompt's first P - 1 tokens fill the cache first. The two forms agree to float
+  rounding (the matmuls see other shapes), not bit for bit.
+
+  Args:
+    step_log_probs: ``(params [2, ...], cache, tokens [2, B]) -> ([2, B, V], cache)`` (the
+      kernel's ``step_log_probs``).
+    cache: the pair's empty cache (the kernel's ``init_cache(B)`` with M = 2), room for at
+      least P + N - 1 positions.
+    pair_params, prompts, key, opts, settings: as :func:`decode`.
+
+  Returns:
+    :class:`DecodeOutput`.
+  """
+  _check_decode_inputs(prompts, settings)
+  num_new = int(settings.num_new)
+  batch, prompt_len = prompts.shape
+  buffer = jnp.concatenate([prompts, jnp.zeros((batch, num_new), jnp.int32)], axis=1)
+  ctx = _DecodeContext(step_log_probs, pair_params, opts, settings,
+                       fusion.grid_pairs(settings.grid), prompt_len)
+
+  def prefill(cache, tokens):                                             # tokens [B]
+    _, cache = step_log_probs(pair_params, cache, jnp.broadcast_to(tokens[None],
+                                                                   (2, batch)))
+    return cache, None
+
+  cache, _ = jax.lax.scan(prefill, cache, jnp.moveaxis(prompts[:, :prompt_len - 1], 1, 0))
+  init = ((buffer, jnp.zeros((batch, 2), jnp.float32), key), cache)
+  ((_, final_history, _), _), outs = jax.lax.scan(
+      functools.partial(_cached_decode_step, ctx), init, jnp.arange(num_new))
+  return _decode_output(outs, final_history)
 
 
 def fused_token_log_probs(logp_pair: Array, targets: Array, opts: DecodeOptions, *,

@@ -225,7 +225,7 @@ def table_markdown(all_stats: list[dict]) -> str:
   return "\n".join(lines)
 
 
-@register("cp_fuse", cpu_seconds=159)
+@register("cp_fuse", cpu_seconds=97)
 def check(ctx: Context) -> list[Claim]:
   from jaxlib_papers.cp_fuse import plotting, train  # pylint: disable=g-import-not-at-top
   from jaxlib_papers.cp_fuse.configs.default import get_config  # pylint: disable=g-import-not-at-top

@@ -3,8 +3,9 @@ every rule and measure reproduction and utility.
 
 The config becomes :class:`Settings` once (:func:`settings_from_config`). Training is one
 ``core.stages`` stage of :func:`kernel.make_lm_kernel` (all ``2 * num_pairs`` models in one
-vmapped program). Evaluation, per pair, decodes with one jitted :func:`kernel.decode` (the
-rule is data, so one compilation serves every method):
+vmapped program). Evaluation, per pair, decodes with one jitted
+:func:`kernel.decode_cached` (:func:`kernel.decode` with both models run one position per
+step on a key-value cache; the rule is data, so one compilation serves every method):
 
 * protected prompts (greedy): each model alone, CP-Delta, CP-Fuse (official grid), CP-Fuse
   (exact solver), MemFree on each model;
@@ -203,8 +204,13 @@ class Evaluator:
     iters = settings.fusion.bisection_iterations
     decode_settings = kernel.DecodeSettings(settings.benchmark.continuation_len, self.grid,
                                             self.ngram_table, iters)
-    self.decode = jax.jit(lambda p, prompts, key, opts: kernel.decode(
-        lm.log_probs, p, prompts, key, opts, decode_settings))
+    # One model position per step on a key-value cache (kernel.decode_cached): the same
+    # decode as kernel.decode's whole-buffer recompute, at ~1/(P + N) of its model FLOPs.
+    def decode(p, prompts, key, opts):
+      cache = jax.tree.map(lambda x: x[:2], lm.init_cache(prompts.shape[0]))  # the pair's
+      return kernel.decode_cached(lm.step_log_probs, cache, p, prompts, key, opts,
+                                  decode_settings)
+    self.decode = jax.jit(decode)
     self.log_probs = jax.jit(lm.log_probs)
     self.score = jax.jit(lambda lp, targets, opts: kernel.fused_token_log_probs(
         lp, targets, opts, grid=self.grid, bisection_iterations=iters))

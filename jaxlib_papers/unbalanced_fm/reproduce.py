@@ -167,7 +167,7 @@ def _config(preset: str, seed: int):
   return config
 
 
-@register("unbalanced_fm", cpu_seconds=133,
+@register("unbalanced_fm", cpu_seconds=168,
           xla_flags={"unbalanced_fm": COMPILE_BOUND_CPU_FLAGS})
 def check(ctx: Context) -> list[Claim]:
   config = _config(ctx.preset, ctx.seed)

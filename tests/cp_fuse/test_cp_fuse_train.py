@@ -9,7 +9,7 @@ import pytest
 
 from jaxlib_papers.core import distributed, train_loop
 from jaxlib_papers.core.reproduce import Context
-from jaxlib_papers.cp_fuse import data, kernel, models, reproduce, train
+from jaxlib_papers.cp_fuse import data, fusion, kernel, models, reproduce, train
 from jaxlib_papers.cp_fuse.configs.default import get_config
 
 MODEL = models.CausalLM(vocab_size=data.VOCAB_SIZE, d_model=16, num_layers=1, num_heads=2,
@@ -77,3 +77,37 @@ def test_smoke_reproduction_check(tmp_path):
   assert by_name["T5"].holds and by_name["T2"].holds
   assert (tmp_path / "cp_fuse_summary.png").stat().st_size > 1000
   assert "| cp_fuse |" in (tmp_path / "cp_fuse_tables.md").read_text()
+
+
+def test_cached_step_log_probs_and_decode_equal_the_whole_buffer_forms():
+  """The key-value cache gives the whole-buffer log-probabilities position by position,
+  and kernel.decode_cached the same decode as kernel.decode (greedy and sampled, every rule,
+  the n-gram blocker on), to float rounding."""
+  lm = _kernel(2)
+  params = jax.jit(lm.init)(jax.random.key(3)).params
+  # Scaled-up weights: an untrained model's log-probabilities are nearly flat (near-ties).
+  params = jax.tree.map(lambda x: 4.0 * x, params)
+  rng = np.random.default_rng(0)
+  tokens = rng.integers(0, data.VOCAB_SIZE, (3, 12)).astype(np.int32)
+  full = lm.log_probs(params, jnp.broadcast_to(tokens, (2, *tokens.shape)))  # [2, 3, 12, V]
+  cache, steps = lm.init_cache(3), []
+  for t in range(12):
+    logp, cache = lm.step_log_probs(params, cache, jnp.broadcast_to(tokens[:, t], (2, 3)))
+    steps.append(logp)
+  np.testing.assert_allclose(np.stack(steps, axis=2), full, rtol=1e-5, atol=1e-5)
+
+  prompts = jnp.asarray(tokens[:, :4])
+  settings = kernel.DecodeSettings(8, fusion.official_grid(10),
+                                   jnp.asarray(tokens[:2, 3:6]), 40)
+  plain = jax.jit(lambda p, x, k, o: kernel.decode(lm.log_probs, p, x, k, o, settings))
+  cached = jax.jit(lambda p, x, k, o: kernel.decode_cached(
+      lm.step_log_probs, lm.init_cache(x.shape[0]), p, x, k, o, settings))
+  for rule, fixed in ((kernel.RULE_FIXED, (1.0, 0.0)), (kernel.RULE_GRID, (0.0, 0.0)),
+                      (kernel.RULE_EXACT, (0.0, 0.0))):
+    for temperature in (0.0, 1.0):
+      opts = kernel.options(rule, fixed, temperature, True)
+      a = plain(params, prompts, jax.random.key(1), opts)
+      b = cached(params, prompts, jax.random.key(1), opts)
+      np.testing.assert_array_equal(a.tokens, b.tokens)
+      for x, y in zip(a[1:], b[1:]):  # weights up to 10 amplify the log-probs' rounding
+        np.testing.assert_allclose(x, y, rtol=1e-3, atol=1e-3)
