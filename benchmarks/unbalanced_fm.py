@@ -159,7 +159,7 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--official_dir", default=None)
   parser.add_argument("--batch", type=int, default=128)
-  parser.add_argument("--hidden", type=int, default=64)
+  parser.add_argument("--hidden", type=int, default=256)   # the cpu preset's docking MLP
   parser.add_argument("--members", type=int, default=12)
   parser.add_argument("--repeats", type=int, default=20)
   args = parser.parse_args()
