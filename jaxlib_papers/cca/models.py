@@ -20,8 +20,17 @@ Array = jax.Array
 
 
 class KVCache(NamedTuple):
-  keys: tuple[Array, ...]     # depth x [B, L, heads, head_dim] float32
-  values: tuple[Array, ...]   # depth x [B, L, heads, head_dim] float32
+  """Keys and values of every block, position last: ``[B, heads, head_dim, L]``.
+
+  Position last is the layout both attention contractions of :meth:`Block.step` read
+  (scores contract ``head_dim`` against the keys, the output ``L`` against the values), so
+  a decoded position writes one column in place. With the cache stored ``[B, L, heads,
+  head_dim]``, XLA:CPU copied every block's keys and values into this layout at every
+  position: 3/4 of the cpu preset's sampling time (4.7 -> 1.3 s per 3 x 1000-row CFG run,
+  the same tokens and logits bit for bit).
+  """
+  keys: tuple[Array, ...]     # depth x [B, heads, head_dim, L] float32
+  values: tuple[Array, ...]   # depth x [B, heads, head_dim, L] float32
 
 
 class Block(nn.Module):
@@ -54,15 +63,17 @@ class Block(nn.Module):
 
   def step(self, x: Array, keys: Array, values: Array, position: Array
            ) -> tuple[Array, Array, Array]:
-    """x: [B, 1, D] at ``position``; keys/values [B, L, H, Dh] -> (x, keys, values)."""
+    """x: [B, 1, D] at ``position``; keys/values [B, H, Dh, L] (:class:`KVCache`'s layout)
+    -> (x [B, 1, D], keys, values) with this position's key and value written in."""
     qkv = self.qkv(self.norm1(x))
-    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-    keys = jax.lax.dynamic_update_slice_in_dim(keys, k, position, axis=1)
-    values = jax.lax.dynamic_update_slice_in_dim(values, v, position, axis=1)
-    scores = jnp.einsum("bqhd,bkhd->bhqk", q, keys) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
-    visible = jnp.arange(keys.shape[1]) <= position
+    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]      # [B, 1, H, Dh]
+    keys = jax.lax.dynamic_update_slice_in_dim(keys, jnp.moveaxis(k, 1, -1), position, axis=3)
+    values = jax.lax.dynamic_update_slice_in_dim(values, jnp.moveaxis(v, 1, -1), position,
+                                                 axis=3)
+    scores = jnp.einsum("bqhd,bhdk->bhqk", q, keys) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
+    visible = jnp.arange(keys.shape[-1]) <= position
     scores = jnp.where(visible, scores, jnp.finfo(scores.dtype).min)
-    attn = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), values)
+    attn = jnp.einsum("bhqk,bhdk->bqhd", jax.nn.softmax(scores, axis=-1), values)
     return self._mlp(x + self.out(attn)), keys, values
 
 
@@ -118,6 +129,6 @@ class ARTransformer(nn.Module):
 
 def init_cache(model: ARTransformer, batch: int) -> KVCache:
   """An empty cache of ``model`` for ``batch`` sequences."""
-  shape = (batch, model.length, model.heads, model.width // model.heads)
+  shape = (batch, model.heads, model.width // model.heads, model.length)
   zeros = tuple(jnp.zeros(shape, jnp.float32) for _ in range(model.depth))
   return KVCache(zeros, zeros)

@@ -198,7 +198,7 @@ def digit_claims(result) -> list[Claim]:
           + _side_claims(result, stats))
 
 
-@register("cca", cpu_seconds=213)
+@register("cca", cpu_seconds=135)
 def check(ctx: Context) -> list[Claim]:
   from jaxlib_papers.cca import train  # pylint: disable=g-import-not-at-top
   from jaxlib_papers.cca.configs.default import get_config  # pylint: disable=g-import-not-at-top

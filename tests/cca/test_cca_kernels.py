@@ -153,6 +153,30 @@ def test_cached_decode_matches_teacher_forcing():
   np.testing.assert_allclose(np.swapaxes(decode_all(params), 0, 1), full, atol=1e-5)
 
 
+def test_decode_cache_holds_keys_and_values_position_last():
+  """After decoding every position, the cache [B, H, Dh, L] holds the keys and values
+  [B, L, H, Dh] of the teacher-forced pass, moved to position last."""
+  params = _tiny_params(6)
+  rng = np.random.default_rng(2)
+  tokens = jnp.asarray(rng.integers(0, 3, (4, 6)), jnp.int32)
+  labels = jnp.asarray([1, 3, 10, 7], jnp.int32)
+
+  @jax.jit
+  def final_cache(params):
+    def body(cache, t):
+      previous = jnp.where(t == 0, 0, tokens[:, jnp.maximum(t - 1, 0)])
+      return TINY.apply(params, labels, previous, t, cache,
+                        method=models.ARTransformer.decode)[1], None
+    return jax.lax.scan(body, models.init_cache(TINY, 4), jnp.arange(6))[0]
+
+  cache = final_cache(params)
+  _, state = TINY.apply(params, labels, tokens, capture_intermediates=True)
+  (_, (k, v)), = state["intermediates"]["blocks_0"]["__call__"]
+  assert cache.keys[0].shape == (4, 2, 4, 6)
+  np.testing.assert_allclose(cache.keys[0], jnp.moveaxis(k, 1, -1), atol=1e-6)
+  np.testing.assert_allclose(cache.values[0], jnp.moveaxis(v, 1, -1), atol=1e-6)
+
+
 def test_samplers_cache_recompute_and_scale_zero_agree():
   params = _tiny_params(4)
   labels = jnp.asarray(np.arange(64) % 10, jnp.int32)
