@@ -124,6 +124,13 @@ def make_lm_kernel(model: nn.Module, optimizer: optax.GradientTransformation, *,
     return jax.vmap(lambda p, t: jax.nn.log_softmax(model.apply({"params": p}, t), -1))(
         params, tokens)
 
+  return contract.train_kernel(init, train_step, log_probs=log_probs,
+                               **_decoding_extras(model, num_models))
+
+
+def _decoding_extras(model: nn.Module, num_models: int) -> dict[str, Callable[..., Any]]:
+  """``make_lm_kernel``'s ``init_cache`` and ``step_log_probs`` (see its docstring)."""
+
   def init_cache(batch):
     cache = models.empty_cache(model, batch)
     return jax.tree.map(lambda x: jnp.broadcast_to(x, (num_models, *x.shape)), cache)
@@ -136,8 +143,7 @@ def make_lm_kernel(model: nn.Module, optimizer: optax.GradientTransformation, *,
       return jax.nn.log_softmax(logits[:, 0], -1), new["cache"]
     return jax.vmap(one)(params, cache, tokens)
 
-  return contract.train_kernel(init, train_step, log_probs=log_probs, init_cache=init_cache,
-                               step_log_probs=step_log_probs)
+  return {"init_cache": init_cache, "step_log_probs": step_log_probs}
 
 
 class DecodeOptions(NamedTuple):
