@@ -107,9 +107,9 @@ def _gene_claims(ctx: Context) -> tuple[list[Claim], list[str]]:
   # Why the held-out claims can miss: the one-seed result depends on the seed and the data
   # draw (stages 1-2 sometimes do not learn the growth), on the official CSV too
   # (seeds/ruot.md, "The held-out misses are seed misses").
-  why = ("seed-sensitive (issue 33): one model seed on one draw; on the official CSV seeds 0 "
-         "and 2 hold, seed 1 misses TMV (0.234); offline draw 1 holds (W1 0.120, TMV 0.026), "
-         "draws 0 and 2 miss (seeds/ruot.md)")
+  why = ("seed-sensitive (issue 33): one model seed on one draw; on the official CSV seed 1 "
+         "misses TMV (0.234) where seeds 0 and 2 hold, and offline the outcome moves with the "
+         "draw and even the machine's rounding (seeds/ruot.md)")
   claims = [
       Claim(f"gene, t={held} held out: W1 at t={held} <= 0.15 ({seeds} seeds)",
             f"{PAPER_HELD_OUT_W1[held]} (held-out protocol)", fmt(by_time[held], "w1"),

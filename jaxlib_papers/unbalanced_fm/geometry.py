@@ -93,7 +93,7 @@ def _pocket_distance(x: jax.Array, pocket: jax.Array) -> jax.Array:
 
 def _pocket_squared(x: jax.Array, pocket: jax.Array) -> jax.Array:
   """``[..., A, P]`` squared distances, one coordinate at a time (no size-3 minor axis,
-  which XLA:CPU vectorises poorly: 3-5x slower forward at the dock stage's shapes)."""
+  which XLA:CPU vectorises poorly: ~6x slower forward at the dock stage's shapes)."""
   return sum((x[..., k:k + 1] - pocket[:, k]) ** 2 for k in range(3))
 
 
@@ -116,9 +116,9 @@ def pocket_hinge(x: jax.Array, pocket: jax.Array, margin: jax.Array) -> jax.Arra
   The gradient is written out (``w_ap = [|x_a - p| < margin] / |x_a - p|``, then
   ``dx_a = -(x_a sum_p w_ap - (w @ pocket)_a)``, a matmul) instead of differentiating the
   ``[..., A, P, 3]`` differences: the same value and gradient as
-  ``relu(margin - safe_sqrt(...))`` to rounding, 74 ms -> 1.9 ms for value and gradient at
-  the dock stage's 6 x 128 conformers of 8 atoms against 469 pocket points (one core).
-  First derivatives only (reverse mode).
+  ``relu(margin - safe_sqrt(...))`` to rounding; value and gradient of the whole energy on
+  the dock stage's 6 x 128 conformers of 8 atoms against 469 pocket points: 78 ms -> 8 ms
+  on one core (``benchmarks/unbalanced_fm.py``). First derivatives only (reverse mode).
   """
   return _pocket_hinge_parts(x, pocket, margin)[0]
 
