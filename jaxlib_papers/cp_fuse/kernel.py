@@ -291,15 +291,23 @@ def _cached_decode_step(ctx: _DecodeContext, carry, t: Array):
   return (state, cache), out
 
 
-def _check_decode_inputs(prompts: Array, settings: DecodeSettings) -> None:
+def _decode_start(log_probs_fn: Callable[..., Any], pair_params: PyTree, prompts: Array,
+                  key: Array, opts: DecodeOptions, settings: DecodeSettings):
+  """Checks the inputs; returns the scan's context and first state ``(buffer [B, P + N],
+  history [B, 2] zeros, key)``, shared by :func:`decode` and :func:`decode_cached`."""
   chex.assert_rank(prompts, 2)
   chex.assert_type(prompts, jnp.int32)
-  ngram_table = settings.ngram_table
-  if int(settings.num_new) <= 0:
-    raise ValueError(f"num_new must be positive; got {settings.num_new}")
-  if ngram_table is not None and prompts.shape[1] < ngram_table.shape[1] - 1:
+  num_new, ngram_table = int(settings.num_new), settings.ngram_table
+  if num_new <= 0:
+    raise ValueError(f"num_new must be positive; got {num_new}")
+  batch, prompt_len = prompts.shape
+  if ngram_table is not None and prompt_len < ngram_table.shape[1] - 1:
     raise ValueError(f"prompts must have at least n - 1 = {ngram_table.shape[1] - 1} "
-                     f"tokens for the n-gram blocker; got {prompts.shape[1]}")
+                     f"tokens for the n-gram blocker; got {prompt_len}")
+  buffer = jnp.concatenate([prompts, jnp.zeros((batch, num_new), jnp.int32)], axis=1)
+  ctx = _DecodeContext(log_probs_fn, pair_params, opts, settings,
+                       fusion.grid_pairs(settings.grid), prompt_len)
+  return ctx, (buffer, jnp.zeros((batch, 2), jnp.float32), key)
 
 
 def _decode_output(outs, final_history: Array) -> DecodeOutput:
@@ -333,15 +341,9 @@ def decode(log_probs_fn: Callable[[PyTree, Array], Array], pair_params: PyTree,
   Returns:
     :class:`DecodeOutput`.
   """
-  _check_decode_inputs(prompts, settings)
-  num_new = int(settings.num_new)
-  batch, prompt_len = prompts.shape
-  buffer = jnp.concatenate([prompts, jnp.zeros((batch, num_new), jnp.int32)], axis=1)
-  ctx = _DecodeContext(log_probs_fn, pair_params, opts, settings,
-                       fusion.grid_pairs(settings.grid), prompt_len)
-  init = (buffer, jnp.zeros((batch, 2), jnp.float32), key)
+  ctx, init = _decode_start(log_probs_fn, pair_params, prompts, key, opts, settings)
   (_, final_history, _), outs = jax.lax.scan(functools.partial(_decode_step, ctx), init,
-                                             jnp.arange(num_new))
+                                             jnp.arange(int(settings.num_new)))
   return _decode_output(outs, final_history)
 
 
@@ -368,12 +370,8 @@ def decode_cached(step_log_probs: Callable[[PyTree, PyTree, Array], tuple[Array,
   Returns:
     :class:`DecodeOutput`.
   """
-  _check_decode_inputs(prompts, settings)
-  num_new = int(settings.num_new)
+  ctx, state = _decode_start(step_log_probs, pair_params, prompts, key, opts, settings)
   batch, prompt_len = prompts.shape
-  buffer = jnp.concatenate([prompts, jnp.zeros((batch, num_new), jnp.int32)], axis=1)
-  ctx = _DecodeContext(step_log_probs, pair_params, opts, settings,
-                       fusion.grid_pairs(settings.grid), prompt_len)
 
   def prefill(cache, tokens):                                             # tokens [B]
     _, cache = step_log_probs(pair_params, cache, jnp.broadcast_to(tokens[None],
@@ -381,9 +379,9 @@ def decode_cached(step_log_probs: Callable[[PyTree, PyTree, Array], tuple[Array,
     return cache, None
 
   cache, _ = jax.lax.scan(prefill, cache, jnp.moveaxis(prompts[:, :prompt_len - 1], 1, 0))
-  init = ((buffer, jnp.zeros((batch, 2), jnp.float32), key), cache)
+  init = (state, cache)
   ((_, final_history, _), _), outs = jax.lax.scan(
-      functools.partial(_cached_decode_step, ctx), init, jnp.arange(num_new))
+      functools.partial(_cached_decode_step, ctx), init, jnp.arange(int(settings.num_new)))
   return _decode_output(outs, final_history)
 
 
