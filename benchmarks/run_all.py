@@ -17,11 +17,11 @@ memory is its own):
   per second (median chunk). A ``while_loop`` has no trip count before it runs: its body is
   counted once and the figure is a lower bound, printed ">="; work done on the host (the
   exact OT of ruot, a ``pure_callback``) is not counted;
-* of peak: the machine's own limits measured in the same process just before the hot path
-  (``core.timing.machine_peaks``: a 2048^2 float32 matmul's FLOP/s, in-place elementwise
-  passes' bytes/s), and the row's place against them by the roofline
-  (``core.timing.roofline``): "12% memory" = memory-bound (fewer flops per byte than the
-  machine's balance), at 12% of the measured bytes/s;
+* of peak: the machine's own limits measured in the same process just after the hot path
+  (``core.timing.machine_peaks``: a 2048^2 float32 matmul's FLOP/s (8192^2 on an
+  accelerator), in-place elementwise passes' bytes/s), and the row's place against them by
+  the roofline (``core.timing.roofline``): "12% memory" = memory-bound (fewer flops per
+  byte than the machine's balance), at 12% of the measured bytes/s;
 * peak memory: ``memory_stats()["peak_bytes_in_use"]`` of the first device after the run,
   "n/a" where the backend keeps no statistics (CPU).
 
@@ -541,8 +541,155 @@ def aerca_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
   return {"epoch_1_seed": epochs(1), "epoch_8_seeds": epochs(8)}
 
 
+# ---------------------------------------------------------------------------------- cca
+
+
+def cca_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
+  """One pretraining step (the config's seeds vmapped, condition dropout:
+  ``kernel.make_pretrain_kernel`` as ``train.train`` builds it), one CCA alignment step
+  (seeds x lambdas vmapped, each against its frozen reference: ``train._align_kernel``) and
+  one sampling pass (every seed, CFG, KV cache: ``train.make_batched_sampler``). The digits
+  are replaced by random tokens of their shape (a step's cost does not depend on them)."""
+  import numpy as np
+
+  from jaxlib_papers.cca import data, kernel, train
+  from jaxlib_papers.cca.configs import default
+
+  config = default.get_config(preset)
+  settings = train.settings_from_config(config)
+  seeds, m = settings.num_seeds, config.model
+  model = f"width {m.width} x depth {m.depth}, V={config.data.levels}, L={data.LENGTH}"
+
+  def pretrained():
+    kern = kernel.make_pretrain_kernel(
+        train.make_model(config), train.pretrain_optimizer(config, int(config.loop.num_steps)),
+        num_runs=seeds, label_dropout=settings.label_dropout)
+    return kern, jax.jit(kern.init)(jax.random.key(0))
+
+  def batch(size: int, runs: int) -> dict[str, jax.Array]:
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, int(config.data.levels), (size, runs, data.LENGTH))
+    return {"tokens": jnp.asarray(tokens, jnp.int32),
+            "labels": jnp.asarray(rng.integers(0, data.NUM_CLASSES, (size, runs)), jnp.int32)}
+
+  def pretrain_step() -> HotPath:
+    kern, state = pretrained()
+    size = int(config.pretrain.batch_size)
+    return HotPath(kern.train_step, (state, batch(size, seeds)), seeds, "run-step",
+                   f"{seeds} seeds vmapped, batch {size}, {model}, random tokens")
+
+  def align_step() -> HotPath:
+    _, base = pretrained()
+    kern = train._align_kernel(config, settings, jax.device_get(base.params))  # noqa: SLF001
+    state = jax.jit(kern.init)(jax.random.key(1))
+    runs, size = seeds * len(settings.lambdas), int(config.align.batch_size)
+    return HotPath(kern.train_step, (state, batch(size, runs)), runs, "run-step",
+                   f"{settings.align.loss}: {seeds} seeds x {len(settings.lambdas)} lambdas "
+                   f"vmapped, batch {size}, {model}, random tokens")
+
+  def sampling() -> HotPath:
+    _, base = pretrained()
+    labels = jnp.asarray(train.sample_labels(settings))
+    keys = jax.random.split(jax.random.key(2), seeds)
+    scale = jnp.float32(settings.sample.cca_cfg_scale)
+    cache = "KV cache" if settings.sample.use_cache else "full-prefix recompute"
+    return HotPath(train.make_batched_sampler(config), (base.params, labels, keys, scale),
+                   seeds * labels.shape[0], "sample",
+                   f"{seeds} seeds x {labels.shape[0]} samples x {data.LENGTH} tokens, CFG, "
+                   f"{cache}, {model}, untrained weights")
+
+  return {"pretrain_step": pretrain_step, "align_step": align_step, "sample": sampling}
+
+
+# ----------------------------------------------------------------------- identifiability
+
+
+def identifiability_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
+  """One train call of the vMF task (``optim.steps_per_call`` Adam steps as one
+  ``lax.scan``) of every run (seeds x kappas x normalize_head vmapped, as ``train.run_vmf``
+  trains them), each on fresh vMF batches it draws itself: DIET (labels the instance
+  indices, an N-row head) and supervised (labels the clusters)."""
+  from jaxlib_papers.identifiability import kernel, train
+  from jaxlib_papers.identifiability.configs import default
+
+  config = default.get_config(preset)
+
+  def build(objective: str) -> Callable[[], HotPath]:
+    def thunk() -> HotPath:
+      settings = train.settings_from_config(config)._replace(objective=objective)
+      variants = train.variants_from_config(config)
+      kern = kernel.make_kernel(settings, variants)
+      state = jax.jit(kern.init)(jax.random.key(0))
+      runs, steps = int(variants.kappa.shape[0]), int(settings.steps_per_call)
+      head = ("head per run" if kernel.validate_settings(settings).head_per_member
+              else "head batched")
+      return HotPath(lambda s: kern.train_step(s, None), (state,), runs * steps, "run-step",
+                     f"{objective}: {runs} runs vmapped x {steps} steps a call, batch "
+                     f"{settings.batch_size}, d={settings.dim}, {settings.num_labels} labels "
+                     f"({head}), hidden {settings.hidden}")
+    return thunk
+
+  return {"diet_step": build("diet"), "supervised_step": build("supervised")}
+
+
+# ------------------------------------------------------------------------------ cp_fuse
+
+
+def cp_fuse_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
+  """One training call of the ``2 num_pairs`` causal LMs (``train.steps_per_call`` AdamW
+  steps, the models vmapped: ``train.lm_kernel``), and one ``kernel.decode_cached`` call of
+  a pair over every protected prompt as the evaluator runs it (CP-Fuse's grid rule, greedy,
+  the MemFree table compiled in). Random tokens of the benchmark's shapes stand in for the
+  generated benchmark (~30 s to build at ``full``; the costs do not depend on the tokens)."""
+  import numpy as np
+
+  from jaxlib_papers.cp_fuse import data, fusion, kernel, train
+  from jaxlib_papers.cp_fuse.configs import default
+
+  settings = train.settings_from_config(default.get_config(preset))
+  t, b, m = settings.train, settings.benchmark, settings.model
+  lm = train.lm_kernel(settings)
+  rng = np.random.default_rng(0)
+  tokens = lambda *shape: rng.integers(data.PERIOD + 1, data.VOCAB_SIZE, shape, np.int32)
+  model = f"d_model {m.d_model} x {m.num_layers} layers, V={data.VOCAB_SIZE}"
+
+  def train_step() -> HotPath:
+    num_models = 2 * t.num_pairs
+    source = lambda step: tokens(t.batch_size, num_models, settings.seq_len + 1)
+    scanned, batches = train.steps_per_call(lm, source, t.steps_per_call)
+    state = jax.jit(scanned.init)(jax.random.key(0))
+    return HotPath(scanned.train_step, (state, jnp.asarray(batches(0))),
+                   num_models * t.steps_per_call, "model-step",
+                   f"{num_models} models vmapped, batch {t.batch_size} x "
+                   f"{settings.seq_len + 1} tokens, {t.steps_per_call} step(s) a call, "
+                   f"{model}, random tokens")
+
+  def decode() -> HotPath:
+    num_prompts, n = 2 * b.num_protected + 1, settings.fusion.memfree_n
+    prompts = tokens(num_prompts, 1 + b.prefix_len)
+    prompts[:, 0] = data.BOS
+    table = jnp.asarray(tokens(num_prompts * (settings.seq_len - n + 1), n))
+    decode_settings = kernel.DecodeSettings(
+        b.continuation_len, fusion.official_grid(settings.fusion.grid_size), table,
+        settings.fusion.bisection_iterations)
+    params = train.pair_params(jax.jit(lm.init)(jax.random.key(0)).params, 0)
+
+    def fn(p, x, key, opts):   # train.Evaluator's decode
+      cache = jax.tree.map(lambda c: c[:2], lm.init_cache(x.shape[0]))
+      return kernel.decode_cached(lm.step_log_probs, cache, p, x, key, opts, decode_settings)
+
+    return HotPath(fn, (params, jnp.asarray(prompts), jax.random.key(1),
+                        kernel.options(kernel.RULE_GRID)),
+                   num_prompts * b.continuation_len, "token",
+                   f"{num_prompts} prompts x {b.continuation_len} new tokens (prompt "
+                   f"{1 + b.prefix_len}), grid rule, {table.shape[0]} {n}-grams, {model}, "
+                   "random tokens, untrained weights")
+
+  return {"train_step": train_step, "decode_cached": decode}
+
+
 # The registry: one line per method. A builder imports its package lazily; a method whose
-# package is absent is skipped. (cca, identifiability and cp_fuse: add their line here.)
+# package is absent is skipped.
 HOT_PATHS: dict[str, Callable[[str], dict[str, Callable[[], HotPath]]]] = {
     "fsbm": fsbm_hot_paths,
     "ruot": ruot_hot_paths,
@@ -555,6 +702,9 @@ HOT_PATHS: dict[str, Callable[[str], dict[str, Callable[[], HotPath]]]] = {
     "sae_split": sae_split_hot_paths,
     "unbalanced_fm": unbalanced_fm_hot_paths,
     "aerca": aerca_hot_paths,
+    "cca": cca_hot_paths,
+    "identifiability": identifiability_hot_paths,
+    "cp_fuse": cp_fuse_hot_paths,
 }
 
 
@@ -690,12 +840,13 @@ def machine_line(preset: str, seconds: float) -> str:
 
 
 def _child(spec: str, preset: str, seconds: float) -> None:
-  """One hot path in this fresh process, and the machine's peaks measured in it just before
-  (so the row's fraction of peak compares two figures taken under the same load)."""
+  """One hot path in this fresh process, and the machine's peaks measured in it just after
+  (so the row's fraction of peak compares two figures taken under the same load). After,
+  not before: the peak measurement's own buffers (1 GiB and three 256 MiB matrices on an
+  accelerator) would otherwise be the row's "peak memory"."""
   method, name = spec.split("/", 1)
-  peaks = timing.machine_peaks()
   row = measure(method, name, preset, seconds)
-  row["peaks"] = peaks._asdict()
+  row["peaks"] = timing.machine_peaks()._asdict()
   print("RESULT " + json.dumps(row), flush=True)
 
 
@@ -718,8 +869,11 @@ def _run_child(method: str, name: str, preset: str, seconds: float,
 
 
 def run_all(methods: list[str], preset: str, seconds: float, total_seconds: float,
-            log=print) -> list[dict[str, Any]]:
-  """Every hot path of ``methods``, each in its own process, within ``total_seconds``."""
+            log=print, on_row: Callable[[list[dict[str, Any]]], None] | None = None
+            ) -> list[dict[str, Any]]:
+  """Every hot path of ``methods``, each in its own process, within ``total_seconds``;
+  ``on_row(rows)`` after each hot path (``main`` rewrites ``--json`` there, so a run cut
+  short keeps the rows it measured)."""
   start = time.perf_counter()
   rows = []
   for method in methods:
@@ -737,6 +891,8 @@ def run_all(methods: list[str], preset: str, seconds: float, total_seconds: floa
       row = _run_child(method, name, preset, seconds,
                        timeout=None if math.isinf(left) else left)
       rows.append(row)
+      if on_row is not None:
+        on_row(rows)
       if "error" in row:
         log(f"[run_all] {method}/{name}: {row['error']}", flush=True)
       else:
@@ -775,19 +931,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.error(f"--total_seconds must be > 0, got {total}")
   header = machine_line(preset, seconds)
   print(header, flush=True)
-  rows = run_all(methods, preset, seconds, total)
+  def write_json(rows: list[dict[str, Any]]) -> None:
+    if args.json:
+      pathlib.Path(args.json).write_text(json.dumps({"machine": header, "rows": rows},
+                                                    indent=1))
+
+  rows = run_all(methods, preset, seconds, total, on_row=write_json)
   measured = [r["peaks"] for r in rows if "peaks" in r]
   print()
   print(header)
-  if measured:  # each row's own peaks were measured in its process, just before it
+  if measured:  # each row's own peaks were measured in its process, just after it
     flops = sorted(p["flops_per_s"] for p in measured)
     stream = sorted(p["bytes_per_s"] for p in measured)
-    print(f"peaks measured before each hot path (its row's 'of peak' uses its own): matmul "
+    print(f"peaks measured after each hot path (its row's 'of peak' uses its own): matmul "
           f"{flops[0] / 1e9:.1f}-{flops[-1] / 1e9:.1f} GFLOP/s, elementwise "
           f"{stream[0] / 1e9:.1f}-{stream[-1] / 1e9:.1f} GB/s ({measured[0]['what']})")
   print(format_table(rows))
-  if args.json:
-    pathlib.Path(args.json).write_text(json.dumps({"machine": header, "rows": rows}, indent=1))
+  write_json(rows)
 
 
 if __name__ == "__main__":
