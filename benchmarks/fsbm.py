@@ -384,11 +384,12 @@ def check_same(ours: Ours, official: Official, problem: Problem) -> str:
   params = gpath.PathParams(jnp.asarray(problem.fitted_mean_path[:num, 1:-1]),
                             jnp.asarray(problem.fitted_gamma[:num]))
 
+  csoc_problem = kernel.CondSOCProblem(sizes["sigma"], t_grid,
+                                       kernel.Guidance(ours.keypoints, ours.inv_std))
+
   def objective(p):
-    problem = kernel.CondSOCProblem(sizes["sigma"], t_grid,
-                                    kernel.Guidance(ours.keypoints, ours.inv_std))
     losses, _ = jax.vmap(lambda pp, a, b, n: kernel.condsoc_pair_loss(
-        pp, a, b, n, problem, kernel.PairWeights(sign=1.0, tau=sizes["tau"])))(
+        pp, a, b, n, csoc_problem, kernel.PairWeights(sign=1.0, tau=sizes["tau"])))(
             p, jnp.asarray(problem.fitted_mean_path[:num, 0]),
             jnp.asarray(problem.fitted_mean_path[:num, -1]), jnp.asarray(noise.numpy()))
     return jnp.mean(losses)

@@ -3,7 +3,7 @@ r"""DeepRUOT speed: stage-1 and stage-2 passes on the gene data, ours and the of
   git clone https://github.com/zhenyiizhang/DeepRUOT /tmp/DeepRUOT   # the official code
   pip install -e .[bench]     # torch (a CPU build), torchdiffeq, pandas, POT
   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 PYTHONPATH=. \
-      python benchmarks/ruot.py --official_dir=/tmp/DeepRUOT --torch_threads=1 [--profile]
+      python benchmarks/ruot.py --official_dir=/tmp/DeepRUOT [--profile]
   OPENBLAS_NUM_THREADS=1 PYTHONPATH=. python benchmarks/ruot.py        # ours only
 
 What is timed. The official gene schedule (``notebook/simulation_gene.ipynb``) trains its
@@ -45,10 +45,12 @@ time (not timed N times). ``--profile`` times the pieces of one interval on both
 
 OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE (set on some machines for old OpenBLAS builds) slow
 a current NumPy (POT's cost matrices on both sides): unset them for this command, as
-above. One BLAS thread; torch threads as given (``--torch_threads``, default 1: on the
-shared 2-core machine, under other jobs' load, torch's OpenMP ops at 2 threads ran 10-50x
-slower than at 1, e.g. a [400, 128] x [128, 128] matmul 8 ms vs 0.14 ms, so 1 thread is the
-official side's best there); XLA:CPU uses its own thread pool. Without ``--official_dir``,
+above. One BLAS thread; torch threads as given (``--torch_threads``, default: as many as
+this process may use, the cores XLA:CPU's own thread pool spreads over, so both sides get
+the same cores; the thread counts are printed). Under other jobs' load on a shared 2-core
+machine, torch's OpenMP ops at 2 threads were once seen 10-50x slower than at 1 (a
+[400, 128] x [128, 128] matmul 8 ms vs 0.14 ms): there ``--torch_threads=1`` can be the
+official side's best, and the table then says so by its thread count. Without ``--official_dir``,
 or when the official imports fail (no torch, torchdiffeq or pandas), only ours is timed,
 and the script says so. Settings read from the official repository at commit 2289c81
 (2025-02-14).
@@ -470,7 +472,8 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--official_dir", default=None,
                       help="a checkout of github.com/zhenyiizhang/DeepRUOT (optional; torch)")
-  parser.add_argument("--torch_threads", type=int, default=1)
+  parser.add_argument("--torch_threads", type=int, default=len(os.sched_getaffinity(0)),
+                      help="torch threads (default: this process's cores, as XLA:CPU)")
   parser.add_argument("--data", default="",
                       help="gene CSV (default: the official file via core.datasets.fetch)")
   parser.add_argument("--seeds", default="8", help="vmapped seed counts besides 1")
