@@ -70,3 +70,22 @@ def test_real_method_smoke():
   assert row["unit"] == "solve" and row["steps_per_s"] > 0
   assert row["notes"].startswith("converged")
   assert row["flops_lower_bound"] and row["flops_per_call"] > 0
+
+
+def test_json_is_rewritten_after_every_row_so_a_cut_run_keeps_its_rows(monkeypatch, tmp_path):
+  monkeypatch.setitem(run_all.HOT_PATHS, "toy", _matmul_paths)
+  monkeypatch.setattr(run_all, "package_present", lambda method: True)
+  calls = []
+
+  def fake_child(method, name, preset, seconds, timeout):
+    calls.append(name)
+    if len(calls) == 2:   # the run is killed while the second hot path runs
+      raise KeyboardInterrupt
+    return {"method": method, "hot_path": name, "error": "fake row"}
+
+  monkeypatch.setattr(run_all, "_run_child", fake_child)
+  out = tmp_path / "rows.json"
+  with pytest.raises(KeyboardInterrupt):
+    run_all.main(["--only=toy", "--preset=smoke", "--seconds=1", f"--json={out}"])
+  rows = run_all.json.loads(out.read_text())["rows"]
+  assert [r["hot_path"] for r in rows] == ["once"] and calls == ["once", "looped"]
