@@ -52,7 +52,7 @@ the keypoints are handed to it as a tensor whose ``.to`` keeps them where they a
 
 OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE (set on some machines for old OpenBLAS builds) slow a
 current NumPy: unset them for this command only, as above. One BLAS thread; torch threads as
-given (``--torch_threads``, default 2: this machine's cores, which XLA:CPU's own thread pool
+given (``--torch_threads``, default: this process's cores, which XLA:CPU's own thread pool
 uses too). ``--profile`` adds where one CondSOC iteration's time goes on each side. Ours runs
 with the XLA flags ``launch.reproduce`` gives the S-tunnel part (``--xla_flags=default``:
 XLA's own defaults).
@@ -601,7 +601,7 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--official_dir", default=None,
                       help="a checkout of github.com/panostheo98/FSBM (optional; needs torch)")
-  parser.add_argument("--torch_threads", type=int, default=2)
+  parser.add_argument("--torch_threads", type=int, default=len(os.sched_getaffinity(0)))
   parser.add_argument("--pairs", type=int, default=None,
                       help="endpoint pairs of the CondSOC solve (default: csoc.mB, 1024)")
   parser.add_argument("--iters", type=int, default=10,

@@ -35,7 +35,8 @@ ratios official / ours. ``--profile`` adds where the time goes on each side. Wit
 OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE (set on some machines for old OpenBLAS builds) slow
 a current NumPy, which the official side uses for its schedule tables and timestep draws:
 unset them for this command only, as above. One BLAS thread; torch threads as given
-(``--torch_threads``, default 2); XLA:CPU uses its own thread pool.
+(``--torch_threads``, default: this process's cores, the ones XLA:CPU's own thread pool
+uses).
 """
 
 from __future__ import annotations
@@ -446,7 +447,7 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--official_dir", default=None,
                       help="a checkout of github.com/J-zin/OCM_DPM (optional; needs torch)")
-  parser.add_argument("--torch_threads", type=int, default=2)
+  parser.add_argument("--torch_threads", type=int, default=len(os.sched_getaffinity(0)))
   parser.add_argument("--batch", type=int, default=int(config.heads.batch_size))
   parser.add_argument("--width", type=int, default=int(config.model.width))
   parser.add_argument("--depth", type=int, default=int(config.model.depth))
