@@ -25,8 +25,10 @@
 # * root causes: at an anomalous step, rank variables by the z-score of their residual
 #   -(s_j - median_j) / std_j (statistics from normal validation series).
 #
-# Every seed is trained at once (`jax.vmap`), each epoch is one compiled `lax.scan` over
-# the training series, with early stopping on the validation loss.
+# Every seed is trained at once (`jax.vmap`), each on its own draw of the generated data
+# (as the official code's seed draws the data with the model; `data.draw_per_seed`), each
+# epoch is one compiled `lax.scan` over the training series, with early stopping on the
+# validation loss.
 
 # %%
 # On Colab: install the suite (a no-op in a checkout, in CI, or where it is installed).

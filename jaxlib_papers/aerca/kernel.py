@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from jaxlib_papers.aerca.models import Networks
@@ -226,12 +227,16 @@ class TrainState(NamedTuple):
 
 
 class EpochProblem(NamedTuple):
-  """What one seed's epoch closes over."""
+  """What one seed's epoch closes over (its series come in as the step's data)."""
   train_epoch: Callable[..., Any]   # scan_steps of Adam steps over the training series
   loss: Callable[..., jax.Array]    # loss(params, x) -> []
+  patience: int
+
+
+class SeedData(NamedTuple):
+  """One seed's series; ``[S]``-stacked when every seed has its own draw."""
   train_series: jax.Array           # [n_train, T, p]
   val_series: jax.Array             # [n_val, T, p]
-  patience: int
 
 
 def init_seed(nets: Networks, tx: optax.GradientTransformation, key: jax.Array
@@ -248,29 +253,28 @@ def series_step(update: Callable[..., blocks.Update], carry, x: jax.Array):
   return (out.params, out.opt_state), {"loss": out.loss}
 
 
-def seed_epoch(problem: EpochProblem, seed: SeedState, batch=None
+def seed_epoch(problem: EpochProblem, seed: SeedState, data: SeedData
                ) -> tuple[SeedState, dict[str, jax.Array]]:
-  """One epoch of one seed: Adam over the training series, then keep-best on validation.
+  """One epoch of one seed: Adam over its training series, then keep-best on validation.
 
   A stopped seed (``best.active`` False) keeps its parameters and Adam state.
 
   Returns:
     (new state, {"loss": summed training loss [], "val_loss": summed validation loss []}).
   """
-  del batch
   active = seed.best.active
   (params, opt_state), train = problem.train_epoch((seed.params, seed.opt_state),
-                                                   problem.train_series)
+                                                   data.train_series)
   params = blocks.where_tree(active, params, seed.params)
   opt_state = blocks.where_tree(active, opt_state, seed.opt_state)
-  val = jnp.sum(jax.vmap(lambda x: problem.loss(params, x))(problem.val_series))
+  val = jnp.sum(jax.vmap(lambda x: problem.loss(params, x))(data.val_series))
   best = blocks.keep_best(seed.best, params, val, problem.patience)
   trained = seed.epochs_trained + active.astype(jnp.int32)
   return SeedState(params, opt_state, best, trained), {"loss": train["loss"], "val_loss": val}
 
 
-def _epoch(members: blocks.Step, state: TrainState):
-  seeds, metrics = members(state.seeds, None)
+def _epoch(members: blocks.Step, data: SeedData, state: TrainState):
+  seeds, metrics = members(state.seeds, data)
   return TrainState(seeds, state.epoch + 1), metrics
 
 
@@ -279,11 +283,11 @@ def _skip(state: TrainState):
   return state, {"loss": best, "val_loss": best}
 
 
-def one_epoch(members: blocks.Step, state: TrainState, batch=None):
+def one_epoch(members: blocks.Step, data: SeedData, state: TrainState, batch=None):
   """Every seed's epoch (metrics: means over seeds), or nothing once all have stopped."""
   del batch
-  return jax.lax.cond(jnp.any(state.seeds.best.active), functools.partial(_epoch, members),
-                      _skip, state)
+  return jax.lax.cond(jnp.any(state.seeds.best.active),
+                      functools.partial(_epoch, members, data), _skip, state)
 
 
 def train_step(epochs: blocks.Step, state: TrainState, batch=None):
@@ -294,13 +298,19 @@ def train_step(epochs: blocks.Step, state: TrainState, batch=None):
                            "active_seeds": jnp.sum(best.active).astype(jnp.float32)}
 
 
-def _check_series(nets: Networks, train_series, val_series) -> None:
-  chex.assert_rank([train_series, val_series], 3)
+def _check_series(nets: Networks, train_series, val_series, num_seeds: int) -> bool:
+  """Checks the shapes; True when every seed has its own series ([S, n, T, p])."""
+  per_seed = np.ndim(train_series) == 4
+  lead = (num_seeds,) if per_seed else ()
   min_len = 2 * nets.lag + 2
   for name, series in (("train_series", train_series), ("val_series", val_series)):
-    if series.shape[2] != nets.num_vars or series.shape[1] < min_len or series.shape[0] < 1:
-      raise ValueError(f"{name} must be [n >= 1, T >= {min_len}, {nets.num_vars}]; got "
-                       f"{series.shape}")
+    shape = np.shape(series)
+    if (len(shape) != 3 + per_seed or shape[:len(lead)] != lead
+        or shape[-1] != nets.num_vars or shape[-2] < min_len or shape[-3] < 1):
+      want = f"[{num_seeds}, " if per_seed else "["
+      raise ValueError(f"{name} must be {want}n >= 1, T >= {min_len}, {nets.num_vars}] "
+                       f"(train_series {np.shape(train_series)} sets the rank); got {shape}")
+  return per_seed
 
 
 def make_train_kernel(nets: Networks, settings: LossSettings, train_series: jax.Array,
@@ -312,10 +322,13 @@ def make_train_kernel(nets: Networks, settings: LossSettings, train_series: jax.
   and ``loop.num_steps`` = the number of epochs.
 
   Args:
-    nets: the three GVAR blocks.
+    nets: the three GVAR blocks (trained in the layout ``nets.for_seeds(S)`` picks).
     settings: loss weights and variants.
-    train_series: [n_train, T, p]; one Adam step per series per epoch, in order.
-    val_series: [n_val, T, p]; the summed loss over them drives early stopping.
+    train_series: [n_train, T, p], shared by every seed, or [S, n_train, T, p], one set
+      per seed (S = ``train.num_seeds``; the official code's seed draws the data too).
+      One Adam step per series per epoch, in order.
+    val_series: [n_val, T, p] or [S, n_val, T, p] (as ``train_series``); the summed loss
+      over them drives early stopping.
     train: learning rate, seeds, patience, epochs per step.
 
   Returns:
@@ -323,17 +336,18 @@ def make_train_kernel(nets: Networks, settings: LossSettings, train_series: jax.
     (one seed's residuals and Psi of one series) and ``series_loss(params, x)``.
   """
   settings, train = settings.validate(), train.validate()
-  _check_series(nets, train_series, val_series)
-  train_series = jnp.asarray(train_series, jnp.float32)
-  val_series = jnp.asarray(val_series, jnp.float32)
+  per_seed = _check_series(nets, train_series, val_series, int(train.num_seeds))
+  nets = nets.for_seeds(int(train.num_seeds))   # the faster layout for this many seeds
+  data = SeedData(jnp.asarray(train_series, jnp.float32), jnp.asarray(val_series, jnp.float32))
   tx = optax.adam(float(train.lr))
   loss = functools.partial(series_loss_value, nets, settings)
   update = blocks.gradient_step(loss, tx)
   train_epoch = blocks.scan_steps(functools.partial(series_step, update),
-                                  train_series.shape[0], batch_axis=0, metrics="sum")
-  problem = EpochProblem(train_epoch, loss, train_series, val_series, int(train.patience))
-  members = blocks.vmap_members(functools.partial(seed_epoch, problem))
-  epochs = blocks.scan_steps(functools.partial(one_epoch, members),
+                                  data.train_series.shape[-3], batch_axis=0, metrics="sum")
+  problem = EpochProblem(train_epoch, loss, int(train.patience))
+  members = blocks.vmap_members(functools.partial(seed_epoch, problem),
+                                batch_axis=0 if per_seed else None)
+  epochs = blocks.scan_steps(functools.partial(one_epoch, members, data),
                              int(train.epochs_per_step), metrics="last")
   init_seeds = blocks.vmap_init(functools.partial(init_seed, nets, tx), int(train.num_seeds))
   init = lambda key: TrainState(init_seeds(key), jnp.zeros((), jnp.int32))

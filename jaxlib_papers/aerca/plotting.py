@@ -55,8 +55,9 @@ def overview_figure(parts: dict, learned_graph: np.ndarray, scores: np.ndarray |
 
 
 def result_overview(res, title: str = ""):
-  """:func:`overview_figure` of a ``train.Result``: AERCA's mean graph, its z-scores of the
-  first abnormal test series (seed 0) and the VAR graph."""
+  """:func:`overview_figure` of a ``train.Result``: AERCA's mean graph (seed 0's when each
+  seed has its own draw), its z-scores of the first abnormal test series (seed 0) and the
+  VAR graph, on ``res.parts`` (seed 0's draw)."""
   m = res.methods
   return overview_figure(res.parts, np.asarray(m["aerca"]["graph_mean"]),
                          np.asarray(m["aerca"]["z_example"]), title=title,

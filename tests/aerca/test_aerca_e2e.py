@@ -20,7 +20,8 @@ def test_claims_of_a_set_with_more_than_eleven_variables_quote_avg_at_10():
   """Avg@k stops at k = 10, so on p = 20 (Lorenz-96 at `full`) "Avg@(p-1)" is Avg@10: the
   claims are written without indexing past the metrics (this crashed on p = 20)."""
   ranks = {"ac": [0.5 + 0.05 * k for k in range(10)], "avg": [0.6 + 0.04 * k for k in range(10)],
-           "auroc": 0.99, "auroc_std": 0.0, "auprc": 0.98, "ac_std": [0.0] * 10}
+           "auroc": 0.99, "auroc_std": 0.0, "auprc": 0.98, "ac_std": [0.0] * 10,
+           "per_seed": [{"auroc": 0.99}]}
   methods = {m: dict(ranks) for m in ("aerca", "var", "raw", "eps_diagnosis")}
   assert reproduce.k_below(20, ranks) == 10 and reproduce.k_below(6, ranks) == 5
   run = reproduce._Run("lorenz96 p=20, 1 seeds, 5 test series", 20, methods,  # pylint: disable=protected-access

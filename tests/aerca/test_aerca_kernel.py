@@ -42,6 +42,27 @@ def test_gvar_is_a_sum_of_coefficient_times_lagged_input():
   assert jax.tree.map(jnp.shape, own) == jax.tree.map(jnp.shape, params["encoder"])
 
 
+def test_lag_major_layout_is_the_same_function_and_gradient():
+  nets = Networks(P, LAG, HIDDEN, 2)
+  major = Networks(P, LAG, HIDDEN, 2, lag_major=True)
+  assert nets.for_seeds(3).block.lag_major and not major.for_seeds(1).block.lag_major
+  params = jax.jit(nets.init)(jax.random.key(0))
+  windows = jnp.asarray(_series(1, 12)[0][:10].reshape(5, LAG, P))
+
+  @jax.jit
+  def both(p, w):
+    out = [n.apply(p["encoder"], w) for n in (nets, major)]
+    grads = [jax.grad(lambda q, n=n: jnp.sum(jnp.sin(n.apply(q, w)[1])))(p["encoder"])
+             for n in (nets, major)]
+    return out, grads
+
+  (a, b), (ga, gb) = both(params, windows)
+  np.testing.assert_allclose(a[0], b[0], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(a[1], b[1], rtol=1e-5, atol=1e-6)
+  for x, y in zip(jax.tree.leaves(ga), jax.tree.leaves(gb)):
+    np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+
+
 def test_lag_windows_and_forward_alignment():
   x = np.arange(7 * P, dtype=np.float32).reshape(7, P)
   w = K.lag_windows(x, 2)     # numpy in, numpy slicing: no compilation
@@ -204,6 +225,34 @@ def test_early_stopping_freezes_seeds_and_skips_when_all_stopped(trained):
   assert int(state.epoch) == int(frozen.epoch)        # skipped: no epoch counted
   for a, b in zip(jax.tree.leaves(frozen.seeds), jax.tree.leaves(state.seeds)):
     np.testing.assert_array_equal(a, b)
+
+
+def test_a_seed_on_its_own_series_trains_as_on_a_shared_set_equal_to_them():
+  """[S, n, T, p] series (one draw per seed): seed s follows the shared-data kernel run on
+  seed s's series alone (same key, same init, same epochs)."""
+  nets = Networks(P, LAG, HIDDEN, 1)
+  draws = [(_series(3, seed=10 + s), _series(2, seed=20 + s)) for s in range(2)]
+  fit, val = (np.stack([d[i] for d in draws]) for i in (0, 1))
+  key = jax.random.key(3)
+
+  def trained(train_series, val_series):
+    kern = K.make_train_kernel(nets, K.LossSettings(), train_series, val_series, TRAIN)
+    state, step = kern.init(key), jax.jit(kern.train_step)
+    for _ in range(2):
+      state, _ = step(state, None)
+    return state.seeds
+
+  own = trained(fit, val)
+  for s, (fit_s, val_s) in enumerate(draws):
+    shared = trained(fit_s, val_s)
+    for a, b in zip(jax.tree.leaves(own), jax.tree.leaves(shared)):
+      np.testing.assert_allclose(np.asarray(a[s], np.float32), np.asarray(b[s], np.float32),
+                                 rtol=2e-5, atol=2e-6)
+  assert not np.allclose(own.best.value[0], own.best.value[1])
+  with pytest.raises(ValueError, match=r"train_series must be \[2, n >= 1"):
+    K.make_train_kernel(nets, K.LossSettings(), fit[:1], val, TRAIN)
+  with pytest.raises(ValueError, match=r"val_series must be \[2, n >= 1"):
+    K.make_train_kernel(nets, K.LossSettings(), fit, val[0], TRAIN)
 
 
 def test_bad_settings_are_named():

@@ -63,3 +63,16 @@ def test_a_users_data_set_sets_num_vars_from_its_shape():
   assert mine.data.num_vars == 7 and config.data.num_vars == 4   # the input is not changed
   with pytest.raises(ValueError, match=r"dataset.normal must be \[n, T, p\]"):
     train.with_data_shape(config, _dataset(6)._replace(normal=np.zeros((6, 12))))
+
+
+def test_draws_are_independent_data_sets_and_the_first_is_the_single_draw():
+  config = dataset_config("nonlinear", "smoke")
+  one, three = train.make_dataset(config), train.make_dataset(config, draws=3)
+  assert three.normal.shape == (3, *one.normal.shape) and three.graph.shape == (3, 6, 6)
+  np.testing.assert_array_equal(three.graph[0], one.graph)
+  np.testing.assert_array_equal(three.labels[0], one.labels)
+  np.testing.assert_allclose(three.normal[0], one.normal, rtol=1e-4, atol=1e-4)
+  assert not np.array_equal(three.graph[1], three.graph[0])   # each draw has its own graph
+  assert not np.array_equal(three.graph[2], three.graph[1])
+  with pytest.raises(ValueError, match="draws must be None or >= 1"):
+    train.make_dataset(config, draws=0)

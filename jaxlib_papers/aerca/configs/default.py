@@ -27,6 +27,9 @@ _BASE = dict(
     dataset="linear",
     data=dict(
         seed=0,                  # data seed (graph, coefficients, noise, anomalies)
+        # True: seed s trains and is scored on its own draw (data seed seed + s), as the
+        # official code's --seed draws the data with the model; False: every seed on one.
+        draw_per_seed=True,
         num_train=10,            # normal series for fitting; the last num_val validate
         num_val=2,
         num_test=100,            # normal (graph) and abnormal (root causes) test series
@@ -93,7 +96,8 @@ C = config_lib
 # launcher (after command-line overrides), before any data is generated.
 CONSTRAINTS = {
     "seed": C.at_least(0), "num_seeds": C.at_least(1), "dataset": C.one_of(*DATASETS),
-    "data.seed": C.at_least(0), "data.num_train": C.at_least(2), "data.num_val": C.at_least(1),
+    "data.seed": C.at_least(0), "data.draw_per_seed": C.one_of(True, False),
+    "data.num_train": C.at_least(2), "data.num_val": C.at_least(1),
     "data.num_test": C.at_least(1), "data.length": C.at_least(4), "data.num_vars": C.at_least(2),
     "model.lag": C.at_least(1), "model.hidden": C.at_least(1), "model.layers": C.at_least(1),
     **{f"loss.{k}": C.non_negative() for k in ("lambda_encoder", "lambda_decoder",
