@@ -99,7 +99,7 @@ class Networks:
     """These networks in the layout that trains ``num_seeds`` vmapped seeds faster.
 
     Measured on XLA:CPU (2 cores, nonlinear ``cpu`` sizes, 2026-12-04; ``seeds/aerca.md``):
-    with seeds vmapped the lag-major layout is faster (3 seeds 13-18 %, 8 seeds 38 % per
+    with seeds vmapped the lag-major layout is faster (3 seeds 13-22 %, 8 seeds 27-38 % per
     epoch: the [N, K, H] activations are no longer transposed around every matmul); for
     one seed it is 2x slower (a single batched matmul over K runs worse than the
     transposed one). The function and the parameters are the same in both layouts.
