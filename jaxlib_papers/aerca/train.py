@@ -206,7 +206,7 @@ def summarize_seeds(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
   return out
 
 
-def stacked(draws: list[dict[str, np.ndarray]], name: str) -> np.ndarray:
+def _stacked(draws: list[dict[str, np.ndarray]], name: str) -> np.ndarray:
   """``draws[0][name]`` for one shared draw, else every seed's, stacked ([S, ...])."""
   return draws[0][name] if len(draws) == 1 else np.stack([d[name] for d in draws])
 
@@ -214,8 +214,8 @@ def stacked(draws: list[dict[str, np.ndarray]], name: str) -> np.ndarray:
 def variant_stage(nets: Networks, draws, variant: str, settings: Settings) -> stages.Stage:
   """The stage that trains ``variant``: ``max_epochs`` steps of one epoch each, on one
   shared split (``draws`` of length 1) or one per seed."""
-  make = lambda _: K.make_train_kernel(nets, settings.loss, stacked(draws, "fit"),
-                                       stacked(draws, "val"), settings.train)
+  make = lambda _: K.make_train_kernel(nets, settings.loss, _stacked(draws, "fit"),
+                                       _stacked(draws, "val"), settings.train)
   return stages.Stage(variant, make, num_steps=settings.max_epochs,
                       steps_per_call=settings.train.epochs_per_step)
 
