@@ -54,6 +54,9 @@ PyTree = Any
 BaseDrift = Callable[[jax.Array, jax.Array], jax.Array] | None
 # V(x [..., D]) -> [...]: a known state cost added to the CondSOC objective.
 StateCost = Callable[[jax.Array], jax.Array] | None
+# C(x [..., D], y [..., D]) -> [...]: an interaction cost between a path sample x and a
+# partner y, another path sample at the same time (GSBM's congestion).
+InteractionCost = Callable[[jax.Array, jax.Array], jax.Array] | None
 
 
 class MeanFieldDrift(Protocol):
@@ -107,6 +110,9 @@ class Guidance(NamedTuple):
   inv_std: jax.Array              # [S, D] from ``feedback.keypoint_inv_std``
   base_drift: BaseDrift = None    # the reference drift f(t, x) (None = 0)
   state_cost: StateCost = None    # a known state cost V(x) (None = 0, as in FSBM)
+  # C(x, y) beside V, weighted with it (w (V + C)); y is another pair's path sample
+  # (``condsoc_solve`` pairs them at random each iteration). None = 0.
+  interaction_cost: InteractionCost = None
 
 
 class CondSOCProblem(NamedTuple):
@@ -136,32 +142,57 @@ class LossTerms(NamedTuple):
 
 def condsoc_pair_loss(params: gpath.PathParams, x0: jax.Array, x1: jax.Array,
                       noise: jax.Array, problem: CondSOCProblem, weights: PairWeights,
-                      terms: LossTerms = LossTerms()):
+                      terms: LossTerms = LossTerms(), partner: jax.Array | None = None):
   """CondSOC objective of one pair, a mean over its N paths and S times.
 
   L = mean_{n,t} [ ||u_t||^2 / (2 sigma^2) + tau |<grad G, u_t>| + tau sum_d (H 1)_d
-                   + w V(X_t) ]
-  with u_t the path drift minus the signed base drift and w V an optional known
-  state cost (the GSBM-style baseline; None = 0, as in FSBM).
+                   + w (V(X_t) + C(X_t, Y_t)) ]
+  with u_t the path drift minus the signed base drift, w V an optional known state cost
+  and w C an optional interaction cost with partner samples Y (the GSBM-style baseline;
+  both None = 0, as in FSBM).
 
   Args:
     params: the pair's spline parameters.
     x0, x1: [D] endpoints.
     noise: [N, S, D] standard normals.
-    problem: sigma, the [S] grid and the guidance (keypoints, base drift, state cost).
+    problem: sigma, the [S] grid and the guidance (keypoints, base drift, state and
+      interaction costs).
     weights: sign, tau and the state cost's weight w.
     terms: which terms to compute (static).
+    partner: [N, S, D] the partners Y of the N paths (needed with an interaction cost).
 
   Returns:
     (loss [], aux dict of [] scalars: control, feedback, divergence, state).
   """
+  x, u = gpath.sample_and_drift(params, x0, x1, problem.sigma, problem.t, noise, weights.sign)
+  return path_loss(x, u, problem, weights, terms, partner)
+
+
+def _state_term(x: jax.Array, guide: Guidance, weight: ArrayLike,
+                partner: jax.Array | None) -> jax.Array:
+  """w (V(x) + C(x, partner)) [N, S] (the terms that are given)."""
+  cost = jnp.zeros(x.shape[:-1], x.dtype)
+  if guide.state_cost is not None:
+    cost = cost + guide.state_cost(x)
+  if guide.interaction_cost is not None:
+    if partner is None:
+      raise ValueError("an interaction cost needs the partner samples (partner=None)")
+    chex.assert_equal_shape([x, partner])
+    cost = cost + guide.interaction_cost(x, partner)
+  return weight * cost
+
+
+def path_loss(x: jax.Array, u: jax.Array, problem: CondSOCProblem, weights: PairWeights,
+              terms: LossTerms = LossTerms(), partner: jax.Array | None = None):
+  """:func:`condsoc_pair_loss` from the pair's samples x [N, S, D] and path drifts u
+  [N, S, D] (before the base drift is taken off)."""
   sigma, t, guide, sign = problem.sigma, problem.t, problem.guide, weights.sign
-  x, u = gpath.sample_and_drift(params, x0, x1, sigma, t, noise, sign)
   if guide.base_drift is not None:
     u = u - sign * guide.base_drift(t[None, :], x)
   control = jnp.sum(u**2, axis=-1) / (2.0 * sigma**2)                  # [N, S]
-  state = (jnp.zeros_like(control) if guide.state_cost is None or not terms.with_state
-           else weights.state_weight * guide.state_cost(x))
+  has_state = guide.state_cost is not None or guide.interaction_cost is not None
+  state = (_state_term(x, guide, weights.state_weight, partner)
+           if has_state and terms.with_state else jnp.zeros_like(control))
   if not terms.with_feedback:
     zero = jnp.zeros((), control.dtype)
     loss = jnp.mean(control + state)
@@ -203,14 +234,32 @@ def _noise_at(solve: _Solve, it: jax.Array) -> jax.Array:
   return prng.normal(jax.random.fold_in(solve.key, it), solve.noise_shape, solve.x0.dtype)
 
 
-def _objective(p: gpath.PathParams, noise: jax.Array, solve: _Solve, terms: LossTerms):
-  """(sum of the per-pair losses / mB, [B] per-pair losses)."""
-  w = solve.weights
+def _objective(p: gpath.PathParams, noise: jax.Array, solve: _Solve, terms: LossTerms,
+               partners: jax.Array | None = None):
+  """(sum of the per-pair losses / mB, [B] per-pair losses). ``partners``: [B N] indices
+  into the flattened [B N] paths, the partner of each path in the interaction cost."""
+  w, problem = solve.weights, solve.problem
+  x, u = jax.vmap(lambda pp, a, b, n: gpath.sample_and_drift(
+      pp, a, b, problem.sigma, problem.t, n, w.sign))(p, solve.x0, solve.x1, noise)
+  partner = None
+  if partners is not None:
+    # Not detached (as GSBM): a path's gradient also has its term as another's partner.
+    partner = x.reshape((-1,) + x.shape[2:])[partners].reshape(x.shape)
   losses, _ = jax.vmap(
-      lambda pp, a, b, n, tau, v: condsoc_pair_loss(
-          pp, a, b, n, solve.problem, PairWeights(sign=w.sign, tau=tau, state_weight=v),
-          terms))(p, solve.x0, solve.x1, noise, w.tau, w.state_weight)
+      lambda xx, uu, tau, v, y: path_loss(
+          xx, uu, problem, PairWeights(sign=w.sign, tau=tau, state_weight=v), terms, y))(
+              x, u, w.tau, w.state_weight, partner)
   return jnp.sum(losses) / solve.settings.micro_batch, losses
+
+
+def _partners_at(solve: _Solve, terms: LossTerms, it: jax.Array) -> jax.Array | None:
+  """Iteration it's random pairing of the B N paths for the interaction cost (GSBM: a
+  random permutation of the paths), or None when the objective has no interaction."""
+  if solve.problem.guide.interaction_cost is None or not terms.with_state:
+    return None
+  num_paths = solve.noise_shape[0] * solve.noise_shape[1]
+  key = jax.random.fold_in(jax.random.fold_in(solve.key, it), 1)
+  return jax.random.permutation(key, num_paths)
 
 
 def _per_pair(mask: jax.Array, a: PyTree, b: PyTree) -> PyTree:
@@ -248,7 +297,8 @@ def _solve_step(solve: _Solve, terms: LossTerms, carry, it):
   # its consumers and recomputes it. The draws are the same: fold_in(key, it).
   p, s, last, noise = carry
   next_noise = _noise_at(solve, it + 1)
-  grads, losses = jax.grad(_objective, has_aux=True)(p, noise, solve, terms)
+  grads, losses = jax.grad(_objective, has_aux=True)(p, noise, solve, terms,
+                                                     _partners_at(solve, terms, it))
   grads = gpath.pin_std_ends(grads)
   if not solve.settings.safe_ratio > 0:
     updates, s = solve.tx.update(grads, s, p)
@@ -276,7 +326,8 @@ def _solve_branches(solve: _Solve, params, opt_state, last):
   # and one compiled program still serves every tau and weight. (The branch is taken around
   # the whole scan, so each iteration compiles exactly as it would without the branch.)
   with_feedback = jnp.any(tau != 0)
-  if solve.problem.guide.state_cost is None:
+  guide = solve.problem.guide
+  if guide.state_cost is None and guide.interaction_cost is None:
     (params, _, _, _), (losses, rejected) = jax.lax.cond(
         with_feedback, branch(True, False), branch(False, False))
   else:
@@ -308,12 +359,18 @@ def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
   half its previous step (the step scale stays halved from then on). A pair that is
   never rejected follows the official SGD exactly.
 
+  Interaction cost (``guide.interaction_cost``, GSBM's congestion): each iteration pairs
+  the B N paths by a random permutation (fold_in(fold_in(key, i), 1)), and C(X_t, Y_t)
+  is taken against the partner's sample at the same time, not detached (GSBM permutes
+  within micro-batches of mB pairs, here all B: the same when B <= mB).
+
   Args:
     x0, x1: [B, D] endpoints.
     mean_path: [B, T_mean, D] initial mean knots (endpoints must equal x0/x1).
     key: PRNG key.
     settings: CondSOC settings.
-    guide: keypoints [K, S, D], inv_std [S, D], optional base drift and state cost V.
+    guide: keypoints [K, S, D], inv_std [S, D], optional base drift, state cost V and
+      interaction cost C.
     weights: sign (+1.0 forward / -1.0 backward), tau and the weight of V, each [] or
       [B] (one per pair).
     with_stats: also return the number of rejected pair-steps per iteration.
@@ -455,6 +512,9 @@ class TaskTerms(NamedTuple):
   collision_fn: Callable[[jax.Array], jax.Array] | None = None
   # A known state cost V(x) in every R-step (with tau = 0: the GSBM-style baseline).
   state_cost: StateCost = None
+  # An interaction cost C(x, y) beside it, with the same per-pair weight (GSBM's
+  # congestion; see ``Guidance``).
+  interaction_cost: InteractionCost = None
   tau: float = 0.0            # feedback weight of a batch without "tau"
   state_weight: float = 1.0   # weight of state_cost for a batch without "state_weight"
 
@@ -677,7 +737,8 @@ def alternation(parts: _Parts, state: FSBMState, batch):
   path_params, csoc_losses, csoc_rejected = condsoc_solve(
       px0, px1, mean_path, k_csoc, settings=csoc,
       guide=parts.guide._replace(base_drift=reference_at(drift, field_in),
-                                 state_cost=parts.task.state_cost),
+                                 state_cost=parts.task.state_cost,
+                                 interaction_cost=parts.task.interaction_cost),
       weights=PairWeights(rnd.fit_sign, tau, weight), with_stats=True)
   field_out = state.field
   if _is_mean_field(drift):

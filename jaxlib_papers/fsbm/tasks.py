@@ -55,6 +55,9 @@ def collision(name: str, x):
 
 # GSBM's obstacle-cost weights (its stunnel / vneck configs).
 OBSTACLE_WEIGHT = {"stunnel": 1500.0, "vneck": 3000.0}
+# GSBM's congestion weight beside the obstacle cost (its stunnel config; its V-neck config
+# has an entropy interaction cost instead, weight 8, which is not implemented here).
+CONGESTION_WEIGHT = {"stunnel": 50.0}
 
 
 def obstacle_cost(name: str, x):
@@ -73,6 +76,25 @@ def obstacle_cost(name: str, x):
   if name == "vneck":
     return jax.nn.softplus(-0.36 - (5.0 * px**2 - py**2))
   raise ValueError(f"task {name!r} has no obstacles")
+
+
+def congestion(x, y):
+  """GSBM's congestion cost 2 / (1 + |x - y|^2) between samples x, y [..., D] -> [...]."""
+  return 2.0 / (1.0 + ((x - y) ** 2).sum(-1))
+
+
+def interaction_cost(name: str, enabled: bool = True):
+  """The kernel's interaction cost C(x, y) of the GSBM-style baseline on ``name``, or None.
+
+  The kernel weights it with the obstacle cost's per-pair weight w (``w (V + C)``), so C
+  is GSBM's congestion scaled by its weight relative to the obstacle cost's (S-tunnel:
+  50 / 1500): at w = 1500 the state cost is GSBM's 1500 V(x) + 50 congestion(x, y).
+  None where GSBM has no congestion cost, or when not ``enabled``.
+  """
+  if not enabled or name not in CONGESTION_WEIGHT:
+    return None
+  ratio = CONGESTION_WEIGHT[name] / OBSTACLE_WEIGHT[name]
+  return lambda x, y: ratio * congestion(x, y)
 
 
 def state_cost(config):

@@ -94,7 +94,8 @@ def test_feedback_gradient_finite_differences_float64(ref):
 
 def _guide(kw):
   return kernel.Guidance(kw.pop("keypoints"), kw.pop("inv_std"),
-                         state_cost=kw.pop("state_cost", None))
+                         state_cost=kw.pop("state_cost", None),
+                         interaction_cost=kw.pop("interaction_cost", None))
 
 
 def _pair_loss(params, x0, x1, noise, **kw):
@@ -144,16 +145,21 @@ def test_condsoc_jit_equals_eager_and_decreases():
     np.testing.assert_allclose(loss(params, sign), jax.jit(loss)(params, sign), rtol=1e-5)
 
 
-def test_condsoc_sharded_equals_single_device():
+@pytest.mark.parametrize("interaction", [False, True])
+def test_condsoc_sharded_equals_single_device(interaction):
+  """Also with the interaction cost, whose random pairing crosses the shards."""
   assert jax.device_count() == 8, "conftest sets 8 fake devices"
   settings, kp, inv_std, x0, x1, mp = _small_problem()
   key = jax.random.key(4)
-  solve = jax.jit(_solve, static_argnums=0)
-  p_single, l_single = solve(settings, kp, inv_std, x0, x1, mp, key, 1.0, 10.0)
+  cost = dict(state_cost=lambda x: tasks.obstacle_cost("vneck", x),
+              interaction_cost=lambda x, y: 5.0 * tasks.congestion(x, y)) if interaction else {}
+  solve = jax.jit(lambda a, b, m: _csolve(a, b, m, key, settings=settings, sign=1.0,
+                                          tau=10.0, keypoints=kp, inv_std=inv_std, **cost))
+  p_single, l_single = solve(x0, x1, mp)
   mesh = distributed.make_mesh()
   shard = distributed.data_sharding(mesh)
   x0s, x1s, mps = (jax.device_put(a, shard) for a in (x0, x1, mp))
-  p_shard, l_shard = solve(settings, kp, inv_std, x0s, x1s, mps, key, 1.0, 10.0)
+  p_shard, l_shard = solve(x0s, x1s, mps)
   assert len(p_shard.mean_knots.sharding.device_set) == 8
   np.testing.assert_allclose(l_single, l_shard, rtol=1e-5)
   assert np.all(np.isfinite(l_single)) and float(l_single[-1]) < float(l_single[0])
@@ -265,6 +271,71 @@ def test_all_pairs_at_state_weight_zero_skip_the_state_cost(tau):
   # One pair with weight > 0 sends the solve through the branch that evaluates V.
   _, l_on = solve(state_cost=nan_cost, state_weight=jnp.zeros(16).at[0].set(1.0))
   assert np.all(np.isnan(l_on))
+
+
+def test_congestion_closed_form_and_gsbm_ratio():
+  x = jnp.array([[0.0, 0.0], [1.0, 2.0]])
+  np.testing.assert_allclose(tasks.congestion(x, x), [2.0, 2.0])
+  np.testing.assert_allclose(tasks.congestion(x, x[::-1]), [2.0 / 6.0, 2.0 / 6.0])
+  c = tasks.interaction_cost("stunnel")
+  np.testing.assert_allclose(1500.0 * c(x, x[::-1]), 50.0 * tasks.congestion(x, x[::-1]))
+  assert tasks.interaction_cost("vneck") is None
+  assert tasks.interaction_cost("stunnel", enabled=False) is None
+
+
+def _interaction_solve(num_pairs=4, weight=2.0):
+  """A float64 ``kernel._Solve`` of the small problem with V = 0 and C = congestion."""
+  settings, kp, inv_std, x0, x1, mp = _small_problem(num_pairs=num_pairs)
+  guide = kernel.Guidance(kp, inv_std, state_cost=lambda x: jnp.zeros(x.shape[:-1], x.dtype),
+                          interaction_cost=tasks.congestion)
+  to64 = lambda a: jnp.asarray(np.asarray(a), jnp.float64)
+  shape = (num_pairs, settings.num_noise, settings.num_steps, 2)
+  solve = kernel._Solve(
+      settings, kernel.CondSOCProblem(1.0, kernel.time_grid(settings, jnp.float64), guide),
+      to64(x0), to64(x1),
+      kernel.PairWeights(1.0, jnp.zeros(num_pairs), jnp.full(num_pairs, weight)),
+      kernel.condsoc_optimizer(settings), jax.random.key(0), shape)
+  params = jax.vmap(lambda m: gpath.init_params(m, settings.num_gamma_knots))(to64(mp))
+  noise = jax.random.normal(jax.random.key(1), shape, jnp.float64)
+  return solve, params, noise
+
+
+def test_interaction_cost_pairs_the_paths_and_differentiates_through_the_partner():
+  """Each path's congestion is taken against its partner under the permutation, with the
+  weight; the gradient includes the partner's side (not detached): it matches central
+  finite differences of the objective in float64."""
+  with precision.enable_x64():
+    solve, params, noise = _interaction_solve()
+    terms = kernel.LossTerms(with_feedback=False)
+    perm = jax.random.permutation(jax.random.key(2), noise.shape[0] * noise.shape[1])
+    total, losses = kernel._objective(params, noise, solve, terms, perm)
+    plain = kernel._objective(params, noise, solve._replace(
+        problem=solve.problem._replace(guide=solve.problem.guide._replace(
+            interaction_cost=None))), terms)[1]
+    x = _paths(params, solve, noise)
+    flat = np.asarray(x).reshape(-1, *x.shape[2:])
+    by_hand = np.array([2.0 / (1.0 + np.sum((flat[i] - flat[j]) ** 2, -1))
+                        for i, j in enumerate(np.asarray(perm))]).reshape(x.shape[:3])
+    np.testing.assert_allclose(losses - plain, 2.0 * by_hand.mean(axis=(1, 2)), rtol=1e-10)
+    grad = jax.grad(lambda p: kernel._objective(p, noise, solve, terms, perm)[0])(params)
+    f = jax.jit(lambda p: kernel._objective(p, noise, solve, terms, perm)[0])
+    rng = np.random.default_rng(0)
+    direction = jax.tree.map(lambda a: jnp.asarray(rng.normal(size=a.shape)), params)
+    h = 1e-5
+    shifted = lambda e: jax.tree.map(lambda a, d: a + e * d, params, direction)
+    fd = (f(shifted(h)) - f(shifted(-h))) / (2 * h)
+    ad = sum(jnp.sum(g * d) for g, d in zip(jax.tree.leaves(grad), jax.tree.leaves(direction)))
+    np.testing.assert_allclose(ad, fd, rtol=1e-6)
+    # Detaching the partner would drop its side: the gradient would differ.
+    partner_side = jax.grad(lambda p: jnp.sum(2.0 * tasks.congestion(
+        jax.lax.stop_gradient(x.reshape(flat.shape)),
+        _paths(p, solve, noise).reshape(flat.shape)[perm])))(params)
+    assert float(jnp.max(jnp.abs(partner_side.mean_knots))) > 1e-3
+
+
+def _paths(params, solve, noise):
+  return jax.vmap(lambda p, a, b, n: gpath.sample_and_drift(
+      p, a, b, 1.0, solve.problem.t, n, 1.0)[0])(params, solve.x0, solve.x1, noise)
 
 
 @pytest.mark.parametrize("tau", [0.0, 10.0])

@@ -59,6 +59,9 @@ BASE = {
     # > 0: add GSBM's known obstacle cost (weight x softplus barrier) to every R-step;
     # with tau = 0 that is the GSBM-style baseline (GSBM: 1500 S-tunnel, 3000 V-neck).
     "gsbm_obstacle_weight": 0.0,
+    # With the obstacle cost, also GSBM's congestion cost 2 / (1 + |X_t - Y_t|^2) between
+    # randomly paired paths (S-tunnel only; 50 per 1500 of obstacle weight, as GSBM).
+    "gsbm_congestion": True,
     "batch_size": 256,         # B endpoint pairs per alternation
     "csoc": {
         "T_mean": 15, "T_gamma": 30, "S": 100, "N": 4,
@@ -107,7 +110,8 @@ CONSTRAINTS = {
     "task": C.one_of("stunnel", "vneck", "opinion", "latents"), "dim": C.at_least(1),
     "sigma": C.positive(), "tau": C.non_negative(), "keypoints_path": C.existing_file(),
     "num_keypoints": C.at_least(2), "num_feedback": C.at_least(-1),
-    "gsbm_obstacle_weight": C.non_negative(), "batch_size": C.at_least(1),
+    "gsbm_obstacle_weight": C.non_negative(), "gsbm_congestion": C.one_of(True, False),
+    "batch_size": C.at_least(1),
     **{f"csoc.{k}": C.at_least(2) for k in ("T_mean", "T_gamma", "S")},
     "csoc.N": C.at_least(1), "csoc.lr_mean": C.positive(), "csoc.lr_gamma": C.positive(),
     "csoc.num_iters": C.at_least(0), "csoc.mB": C.at_least(1),
