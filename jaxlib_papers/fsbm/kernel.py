@@ -110,8 +110,9 @@ class Guidance(NamedTuple):
   inv_std: jax.Array              # [S, D] from ``feedback.keypoint_inv_std``
   base_drift: BaseDrift = None    # the reference drift f(t, x) (None = 0)
   state_cost: StateCost = None    # a known state cost V(x) (None = 0, as in FSBM)
-  # C(x, y) beside V, weighted with it (w (V + C)); y is another pair's path sample
-  # (``condsoc_solve`` pairs them at random each iteration). None = 0.
+  # C(x, y) beside V, weighted with it (w (V + C)); y is another path's sample
+  # (``condsoc_solve`` pairs all B N paths at random each iteration, whatever their
+  # pair's weight, so pairs of different weights in one batch are coupled). None = 0.
   interaction_cost: InteractionCost = None
 
 
