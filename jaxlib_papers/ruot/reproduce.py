@@ -105,11 +105,11 @@ def _gene_claims(ctx: Context) -> tuple[list[Claim], list[str]]:
   seeds = int(config.num_seeds)
   fmt = _fmt(seeds)
   # Why the held-out claims can miss: the one-seed result depends on the seed and the data
-  # draw (stages 1-2 sometimes do not learn the growth), on the official CSV too
-  # (seeds/ruot.md, "The held-out misses are seed misses").
-  why = ("seed-sensitive (issue 33): one model seed on one draw; on the official CSV seed 1 "
-         "misses TMV (0.234) where seeds 0 and 2 hold, and offline the outcome moves with the "
-         "draw and even the machine's rounding (seeds/ruot.md)")
+  # draw (stages 1-2 sometimes do not learn the growth), on the official CSV too, and as
+  # often in the official code (seeds/ruot.md, "The held-out misses are seed misses").
+  why = ("seed-sensitive as the official code (issue 33): one model seed on one draw; on the "
+         "official CSV 1 of 8 of our seeds misses, 2 of 8 of the official code's; offline the "
+         "outcome moves with the draw and the machine's rounding (seeds/ruot.md)")
   claims = [
       Claim(f"gene, t={held} held out: W1 at t={held} <= 0.15 ({seeds} seeds)",
             f"{PAPER_HELD_OUT_W1[held]} (held-out protocol)", fmt(by_time[held], "w1"),
