@@ -78,6 +78,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
+from official_stand_ins import stand_in  # noqa: E402  (this folder, first on sys.path)
 
 from jaxlib_papers.core import prng, timing  # noqa: E402
 from jaxlib_papers.fsbm import feedback, gpath, kernel, models, tasks  # noqa: E402
@@ -93,27 +94,6 @@ OFFICIAL_DEFAULTS = dict(
 # ------------------------------------------------------------------------------ official
 
 
-_STAND_INS: set[str] = set()  # top-level names replaced by empty modules
-
-
-def _stand_in(name: str, **attrs) -> None:
-  """An empty module ``name`` (and its parents) in sys.modules, unless it is installed."""
-  top = name.split(".")[0]
-  if top not in _STAND_INS:
-    if importlib.util.find_spec(top) is not None:
-      return  # installed: the official code gets the real one
-    _STAND_INS.add(top)
-  parts = name.split(".")
-  for i in range(1, len(parts) + 1):
-    full = ".".join(parts[:i])
-    if full not in sys.modules:
-      sys.modules[full] = types.ModuleType(full)
-      if i > 1:
-        setattr(sys.modules[".".join(parts[:i - 1])], parts[i - 1], sys.modules[full])
-  for key, value in attrs.items():
-    setattr(sys.modules[name], key, value)
-
-
 def import_official(official_dir: pathlib.Path):
   """(torch, config, gaussian_path, sde, dataset, fsbm_model) from the user's checkout."""
   package_dir = official_dir / "fsbm"
@@ -123,10 +103,10 @@ def import_official(official_dir: pathlib.Path):
   import torch  # noqa: PLC0415
   from omegaconf import OmegaConf  # noqa: PLC0415
 
-  _stand_in("ipdb", set_trace=lambda *a, **k: None)
-  _stand_in("torchvision.transforms")
-  _stand_in("torchvision.utils")
-  _stand_in("pytorch_lightning", LightningModule=torch.nn.Module)
+  stand_in("ipdb", set_trace=lambda *a, **k: None)
+  stand_in("torchvision.transforms")
+  stand_in("torchvision.utils")
+  stand_in("pytorch_lightning", LightningModule=torch.nn.Module)
   # The official ``fsbm`` folder has no __init__.py (a namespace package). This script is
   # itself named fsbm.py and its folder is first on sys.path, where a plain module wins over
   # a namespace folder: register the package by its path instead.

@@ -42,18 +42,7 @@ import time
 import types
 
 import numpy as np
-
-
-def stand_in(name, **attrs):
-  parts = name.split(".")
-  for i in range(1, len(parts) + 1):
-    full = ".".join(parts[:i])
-    if full not in sys.modules:
-      sys.modules[full] = types.ModuleType(full)
-      if i > 1:
-        setattr(sys.modules[".".join(parts[:i - 1])], parts[i - 1], sys.modules[full])
-  for k, v in attrs.items():
-    setattr(sys.modules[name], k, v)
+from official_stand_ins import stand_in  # this folder, first on sys.path
 
 
 def in_obstacle(xy):
@@ -94,11 +83,11 @@ def main():
   stand_in("ipdb", set_trace=lambda *a, **k: None)
   stand_in("torchvision.utils")
   stand_in("torchvision.transforms")
-  stand_in("pytorch_lightning", LightningModule=torch.nn.Module)
+  # Forced: the loop here drives GSBMLitModule itself, on a plain nn.Module base.
+  stand_in("pytorch_lightning", force=True, LightningModule=torch.nn.Module)
   import ot
   import ot.sliced  # noqa: F401  (before the geomloss stand-in: POT probes geomloss)
-  if importlib.util.find_spec("geomloss") is None:
-    stand_in("geomloss", SamplesLoss=None)  # evaluator (eval_coupling=false: unused)
+  stand_in("geomloss", SamplesLoss=None)  # evaluator (eval_coupling=false: unused)
   pkg = types.ModuleType("gsbm")
   pkg.__path__ = [str(official / "gsbm")]
   sys.modules["gsbm"] = pkg
