@@ -101,6 +101,43 @@ def test_subproblem_solution_satisfies_its_equation(cubic):
     assert abs(float(lam - reg_weight * norm)) <= 1e-10 * float(lam), name
 
 
+@pytest.mark.parametrize("dim", [1, 4, 7, 13])
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
+def test_blocked_back_substitution_matches_a_triangular_solve(dim, dtype):
+  rng = np.random.default_rng(dim)
+  upper = np.triu(rng.normal(size=(dim, dim))) + 3 * np.eye(dim)
+  rhs = rng.normal(size=dim)
+  if dtype == jnp.complex128:
+    upper = upper + 1j * np.triu(rng.normal(size=(dim, dim)))
+    rhs = rhs + 1j * rng.normal(size=dim)
+  shift = 0.7
+  solved = jax.jit(kernel._back_substitute)(jnp.asarray(upper, dtype), jnp.asarray(rhs, dtype),
+                                            jnp.asarray(shift, dtype))
+  expected = np.linalg.solve(upper + shift * np.eye(dim), rhs)
+  np.testing.assert_allclose(np.asarray(solved), expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["hessenberg", "schur", "dense"])
+def test_root_search_takes_a_tiny_newton_step_without_a_new_solve(cubic, name):
+  """A warm start 1e-8 off the root: one solve, then the Newton step to first order."""
+  rng = np.random.default_rng(2)
+  jac = cubic.jacobian(jnp.asarray(rng.normal(size=16)))
+  field_value = cubic.field(jnp.asarray(rng.normal(size=16)))
+  reg_weight = jnp.float64(0.37)
+  root = scipy.optimize.brentq(
+      lambda lam: float(reg_weight) * np.linalg.norm(
+          np.linalg.solve(np.asarray(jac) + lam * np.eye(16), np.asarray(field_value))) - lam,
+      1e-12, 100.0, xtol=1e-15, rtol=1e-15)
+  ops = kernel._ops(name)
+  fac = ops.factor(jac)
+  lam, tries, w = kernel.find_regularization(ops, fac, ops.rotate(fac, field_value),
+                                             reg_weight, jnp.float64(root * (1 + 1e-8)))
+  assert int(tries) == 1
+  assert abs(float(lam) - root) <= 1e-12 * root
+  exact = np.linalg.solve(np.asarray(jac) + root * np.eye(16), np.asarray(field_value))
+  np.testing.assert_allclose(np.asarray(ops.unrotate(fac, w)), exact, rtol=1e-10, atol=1e-12)
+
+
 def _eg2_reference(problem, z0, reg_weight, iters):
   """Independent NumPy EG-2: dense solves and Brent's method for lam."""
   z = np.asarray(z0, np.float64)
