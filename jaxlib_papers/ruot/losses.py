@@ -16,6 +16,7 @@ Everything here is a module-level pure function of arrays and fields
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Callable, Sequence
 
 import chex
@@ -24,8 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from jaxlib_papers.core import affinity, sde
 from jaxlib_papers.core import ot as core_ot
-from jaxlib_papers.core import sde
 
 PointField = Callable[[jax.Array, jax.Array], jax.Array]  # (t, x: [n, d]) -> [n, ...]
 
@@ -209,6 +210,35 @@ def _exact_plan_host(x, y, a, b):
   return plan.astype(np.asarray(x).dtype)
 
 
+_POOL: list[concurrent.futures.ThreadPoolExecutor] = []
+
+
+def _host_pool() -> concurrent.futures.ThreadPoolExecutor:
+  """One thread per CPU this process may use (made on first use, then kept)."""
+  if not _POOL:
+    _POOL.append(concurrent.futures.ThreadPoolExecutor(
+        max_workers=len(affinity.available()), thread_name_prefix="exact_ot"))
+  return _POOL[0]
+
+
+def _exact_plans_host(x, y, a, b):
+  """Exact plans of a batch of problems, ``[..., n, d]`` etc. -> ``[..., n, m]``.
+
+  Under ``vmap`` (seeds) the callback receives every problem at once and solves them on
+  the host's threads: POT's network simplex releases the GIL, so k problems take about
+  the time of ceil(k / CPUs) (2 threads: 0.082 s against 0.162 s for four 400 x 969 plans
+  on the 2-core machine). Each plan is the one the problem gets alone, bit for bit.
+  """
+  x, y, a, b = (np.asarray(v) for v in (x, y, a, b))
+  lead = x.shape[:-2]
+  problems = list(zip(*(v.reshape((-1,) + v.shape[len(lead):]) for v in (x, y, a, b))))
+  if len(problems) == 1:
+    plans = [_exact_plan_host(*problems[0])]
+  else:
+    plans = list(_host_pool().map(lambda problem: _exact_plan_host(*problem), problems))
+  return np.stack(plans).reshape(lead + plans[0].shape)
+
+
 def ot_plan(
     x: jax.Array, a: jax.Array, y: jax.Array, b: jax.Array | None = None, *,
     method: str = "sinkhorn", epsilon: float = 0.01, threshold: float = 1e-3,
@@ -221,7 +251,8 @@ def ot_plan(
   epsilon 0.01 needs ~1000 iterations, 4.6 s, measured on the 2-core machine).
 
   ``method="sinkhorn"`` is ott-jax at absolute ``epsilon``; ``"exact"`` is POT's network
-  simplex on the host (a ``pure_callback``, sequential under vmap).
+  simplex on the host (a ``pure_callback``; under vmap one callback solves the batch's
+  problems on parallel host threads).
   """
   if method == "sinkhorn":
     return core_ot.sinkhorn_coupling(x, y, a, b, epsilon=epsilon, threshold=threshold,
@@ -230,7 +261,7 @@ def ot_plan(
     shape = jax.ShapeDtypeStruct((x.shape[0], y.shape[0]), x.dtype)
     if b is None:
       b = jnp.full((y.shape[0],), 1.0 / y.shape[0], x.dtype)
-    return jax.pure_callback(_exact_plan_host, shape, x, y, a, b, vmap_method="sequential")
+    return jax.pure_callback(_exact_plans_host, shape, x, y, a, b, vmap_method="broadcast_all")
   raise ValueError(f"ot method must be 'sinkhorn' or 'exact'; got {method!r}")
 
 
