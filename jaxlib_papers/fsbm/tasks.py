@@ -55,9 +55,10 @@ def collision(name: str, x):
 
 # GSBM's obstacle-cost weights (its stunnel / vneck configs).
 OBSTACLE_WEIGHT = {"stunnel": 1500.0, "vneck": 3000.0}
-# GSBM's congestion weight beside the obstacle cost (its stunnel config; its V-neck config
-# has an entropy interaction cost instead, weight 8, which is not implemented here).
+# GSBM's interaction-cost weights beside the obstacle cost: congestion in its stunnel
+# config, entropy (the log-density of the population's path marginals) in its vneck config.
 CONGESTION_WEIGHT = {"stunnel": 50.0}
+ENTROPY_WEIGHT = {"vneck": 8.0}
 
 
 def obstacle_cost(name: str, x):
@@ -95,6 +96,18 @@ def interaction_cost(name: str, enabled: bool = True):
     return None
   ratio = CONGESTION_WEIGHT[name] / OBSTACLE_WEIGHT[name]
   return lambda x, y: ratio * congestion(x, y)
+
+
+def entropy_scale(name: str, enabled: bool = True) -> float:
+  """The kernel's ``entropy_scale`` of the GSBM-style baseline on ``name`` (0 = none).
+
+  GSBM's entropy weight relative to its obstacle weight (V-neck: 8 / 3000), since the
+  kernel weights E with V by the pair's w: at w = 3000 the state cost is GSBM's
+  3000 V(x) + 8 log p_t(x). 0 where GSBM has no entropy cost, or when not ``enabled``.
+  """
+  if not enabled or name not in ENTROPY_WEIGHT:
+    return 0.0
+  return ENTROPY_WEIGHT[name] / OBSTACLE_WEIGHT[name]
 
 
 def state_cost(config):

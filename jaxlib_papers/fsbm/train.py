@@ -51,6 +51,7 @@ class RunSettings(NamedTuple):
   tau: float               # the default feedback weight
   obstacle_weight: float   # the default GSBM obstacle-cost weight (checked)
   congestion: bool         # GSBM's congestion cost beside the obstacle cost (S-tunnel)
+  entropy: bool            # GSBM's entropy cost beside the obstacle cost (V-neck)
   num_sim_steps: int       # Euler-Maruyama steps (nfe)
   eval_samples: int
   fsbm: kernel_lib.FSBMSettings
@@ -94,7 +95,7 @@ def run_settings(config) -> RunSettings:
       task=str(config.task), seed=int(config.seed), dim=int(config.dim),
       sigma=float(config.sigma), batch_size=int(config.batch_size), tau=float(config.tau),
       obstacle_weight=tasks.check_obstacle_weight(config.task, config.gsbm_obstacle_weight),
-      congestion=bool(config.gsbm_congestion),
+      congestion=bool(config.gsbm_congestion), entropy=bool(config.gsbm_entropy),
       num_sim_steps=int(config.num_sim_steps), eval_samples=int(config.eval.num_samples),
       fsbm=settings_from_config(config),
       keypoints=KeypointSettings(str(config.keypoints_path), int(config.num_keypoints),
@@ -195,6 +196,7 @@ def build(settings) -> Built:
       base_drift=reference_drift(run), collision_fn=tasks.collision_fn(run.task),
       state_cost=(lambda x: tasks.obstacle_cost(run.task, x)) if obstacles else None,
       interaction_cost=tasks.interaction_cost(run.task, run.congestion),
+      entropy_scale=tasks.entropy_scale(run.task, run.entropy),
       tau=run.tau, state_weight=run.obstacle_weight)
   data = make_data(run)
   kern = kernel_lib.make_kernel(run.fsbm, fb, task)

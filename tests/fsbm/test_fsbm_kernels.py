@@ -95,7 +95,8 @@ def test_feedback_gradient_finite_differences_float64(ref):
 def _guide(kw):
   return kernel.Guidance(kw.pop("keypoints"), kw.pop("inv_std"),
                          state_cost=kw.pop("state_cost", None),
-                         interaction_cost=kw.pop("interaction_cost", None))
+                         interaction_cost=kw.pop("interaction_cost", None),
+                         entropy_scale=kw.pop("entropy_scale", 0.0))
 
 
 def _pair_loss(params, x0, x1, noise, **kw):
@@ -145,14 +146,18 @@ def test_condsoc_jit_equals_eager_and_decreases():
     np.testing.assert_allclose(loss(params, sign), jax.jit(loss)(params, sign), rtol=1e-5)
 
 
-@pytest.mark.parametrize("interaction", [False, True])
-def test_condsoc_sharded_equals_single_device(interaction):
-  """Also with the interaction cost, whose random pairing crosses the shards."""
+@pytest.mark.parametrize("costs", ["none", "congestion", "entropy"])
+def test_condsoc_sharded_equals_single_device(costs):
+  """Also with the interaction cost, whose random pairing crosses the shards, and with the
+  entropy cost, whose population (all 16 pairs: B <= mB) crosses them too."""
   assert jax.device_count() == 8, "conftest sets 8 fake devices"
   settings, kp, inv_std, x0, x1, mp = _small_problem()
   key = jax.random.key(4)
-  cost = dict(state_cost=lambda x: tasks.obstacle_cost("vneck", x),
-              interaction_cost=lambda x, y: 5.0 * tasks.congestion(x, y)) if interaction else {}
+  cost = {"none": {},
+          "congestion": dict(state_cost=lambda x: tasks.obstacle_cost("vneck", x),
+                             interaction_cost=lambda x, y: 5.0 * tasks.congestion(x, y)),
+          "entropy": dict(state_cost=lambda x: tasks.obstacle_cost("vneck", x),
+                          entropy_scale=0.5)}[costs]
   solve = jax.jit(lambda a, b, m: _csolve(a, b, m, key, settings=settings, sign=1.0,
                                           tau=10.0, keypoints=kp, inv_std=inv_std, **cost))
   p_single, l_single = solve(x0, x1, mp)
@@ -331,6 +336,85 @@ def test_interaction_cost_pairs_the_paths_and_differentiates_through_the_partner
         jax.lax.stop_gradient(x.reshape(flat.shape)),
         _paths(p, solve, noise).reshape(flat.shape)[perm])))(params)
     assert float(jnp.max(jnp.abs(partner_side.mean_knots))) > 1e-3
+
+
+def test_population_log_density_is_the_mixture_density_and_gsbm_ratio():
+  rng = np.random.default_rng(5)
+  x = rng.normal(size=(3, 4, 2))                  # [N, S, D]
+  means = rng.normal(size=(5, 4, 2))              # [P, S, D]
+  stds = rng.uniform(0.3, 2.0, size=(5, 4))       # [P, S]
+  with precision.enable_x64():
+    ours = kernel.population_log_density(jnp.asarray(x), jnp.asarray(means),
+                                         jnp.asarray(stds))
+  dens = np.exp(-0.5 * np.sum((x[:, None] - means[None]) ** 2, -1) / stds**2) / (
+      2 * np.pi * stds**2)                        # [N, P, S], D = 2
+  np.testing.assert_allclose(np.asarray(ours), np.log(dens.mean(axis=1)), rtol=1e-12)
+  # The solve's fast form (x-gradient only, the mixture a constant) agrees with it.
+  with precision.enable_x64():
+    args = (jnp.asarray(x), jnp.asarray(means), jnp.asarray(stds))
+    fast = kernel._detached_log_density(*args)
+    ct = jnp.asarray(rng.normal(size=(3, 4)))
+    g_fast = jax.grad(lambda a: jnp.sum(ct * kernel._detached_log_density(a, *args[1:])))(
+        args[0])
+    g_ref = jax.grad(lambda a: jnp.sum(ct * kernel.population_log_density(a, *args[1:])))(
+        args[0])
+  np.testing.assert_allclose(np.asarray(fast), np.asarray(ours), rtol=1e-12)
+  np.testing.assert_allclose(np.asarray(g_fast), np.asarray(g_ref), rtol=1e-10, atol=1e-13)
+  assert tasks.entropy_scale("vneck") * tasks.OBSTACLE_WEIGHT["vneck"] == 8.0
+  assert tasks.entropy_scale("stunnel") == 0.0 and tasks.entropy_scale("vneck", False) == 0.0
+  assert kernel.entropy_groups(16, 256) == 16 and kernel.entropy_groups(512, 256) == 256
+  with pytest.raises(ValueError, match="micro-batch"):
+    kernel.entropy_groups(300, 256)
+
+
+def test_entropy_cost_takes_the_micro_batch_marginals_detached():
+  """Each sample's cost is w s log p_t(x) under its own micro-batch's path marginals (two
+  groups of 2 pairs here); the marginals are detached (as GSBM's), so the gradient is
+  the finite difference of the objective with the population frozen, and a pair of the
+  other micro-batch does not move a pair's loss."""
+  with precision.enable_x64():
+    solve, params, noise = _interaction_solve(num_pairs=4, weight=3.0)
+    scale = 0.7
+    guide = solve.problem.guide._replace(interaction_cost=None, entropy_scale=scale)
+    solve = solve._replace(problem=solve.problem._replace(guide=guide),
+                           settings=solve.settings._replace(micro_batch=2))
+    terms = kernel.LossTerms(with_feedback=False)
+    plain_solve = solve._replace(problem=solve.problem._replace(
+        guide=guide._replace(entropy_scale=0.0)))
+    t = solve.problem.t
+
+    def marginals(p):
+      means, _, stds, _ = jax.vmap(lambda pp, a, b: gpath.mean_and_std(
+          pp, a, b, 1.0, t))(p, solve.x0, solve.x1)
+      return means, stds
+
+    def frozen(p, population):
+      means, stds = population
+      x = _paths(p, solve, noise)
+      dens = jnp.concatenate([kernel.population_log_density(
+          x[g:g + 2], means[g:g + 2], stds[g:g + 2]) for g in (0, 2)])
+      plain = kernel._objective(p, noise, plain_solve, terms)[1]
+      losses = plain + 3.0 * scale * dens.mean(axis=(1, 2))
+      return jnp.sum(losses) / 2, losses
+
+    total, losses = kernel._objective(params, noise, solve, terms)
+    np.testing.assert_allclose(losses, frozen(params, marginals(params))[1], rtol=1e-12)
+    grad = jax.grad(lambda p: kernel._objective(p, noise, solve, terms)[0])(params)
+    f = jax.jit(lambda p: frozen(p, marginals(params))[0])
+    rng = np.random.default_rng(1)
+    direction = jax.tree.map(lambda a: jnp.asarray(rng.normal(size=a.shape)), params)
+    h = 1e-5
+    shifted = lambda e: jax.tree.map(lambda a, d: a + e * d, params, direction)
+    fd = (f(shifted(h)) - f(shifted(-h))) / (2 * h)
+    ad = sum(jnp.sum(g * d) for g, d in zip(jax.tree.leaves(grad), jax.tree.leaves(direction)))
+    np.testing.assert_allclose(ad, fd, rtol=1e-6)
+    # Not detached, the population's own side would add to the gradient:
+    live = jax.grad(lambda p: frozen(p, marginals(p))[0])(params)
+    assert float(jnp.max(jnp.abs(live.mean_knots - grad.mean_knots))) > 1e-4
+    moved = params._replace(mean_knots=params.mean_knots.at[3].add(1.0))
+    moved_losses = kernel._objective(moved, noise, solve, terms)[1]
+    np.testing.assert_allclose(moved_losses[:2], losses[:2], rtol=1e-13)
+    assert not np.allclose(moved_losses[2], losses[2])
 
 
 def _paths(params, solve, noise):

@@ -62,6 +62,11 @@ BASE = {
     # With the obstacle cost, also GSBM's congestion cost 2 / (1 + |X_t - Y_t|^2) between
     # randomly paired paths (S-tunnel only; 50 per 1500 of obstacle weight, as GSBM).
     "gsbm_congestion": True,
+    # With the obstacle cost, also GSBM's entropy cost, the log-density of each path sample
+    # under the micro-batch's Gaussian path marginals (V-neck only; 8 per 3000 of obstacle
+    # weight, as GSBM). Off below `full`: it costs B N x mB x S Gaussian terms a CondSOC
+    # iteration (seeds/fsbm.md).
+    "gsbm_entropy": False,
     "batch_size": 256,         # B endpoint pairs per alternation
     "csoc": {
         "T_mean": 15, "T_gamma": 30, "S": 100, "N": 4,
@@ -97,7 +102,7 @@ OVERRIDES = {
     "cpu": {"csoc.num_iters": 1000, "match.steps": 3000, "loop.num_steps": 5},
     "full": {
         "batch_size": 2560, "csoc.num_iters": 1000, "match.steps": 4000,
-        "loop.num_steps": 20, "eval.num_samples": 2560,
+        "loop.num_steps": 20, "eval.num_samples": 2560, "gsbm_entropy": True,
     },
 }
 
@@ -111,6 +116,7 @@ CONSTRAINTS = {
     "sigma": C.positive(), "tau": C.non_negative(), "keypoints_path": C.existing_file(),
     "num_keypoints": C.at_least(2), "num_feedback": C.at_least(-1),
     "gsbm_obstacle_weight": C.non_negative(), "gsbm_congestion": C.one_of(True, False),
+    "gsbm_entropy": C.one_of(True, False),
     "batch_size": C.at_least(1),
     **{f"csoc.{k}": C.at_least(2) for k in ("T_mean", "T_gamma", "S")},
     "csoc.N": C.at_least(1), "csoc.lr_mean": C.positive(), "csoc.lr_gamma": C.positive(),
