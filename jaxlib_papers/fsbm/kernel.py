@@ -116,8 +116,8 @@ class Guidance(NamedTuple):
   interaction_cost: InteractionCost = None
   # E(x) = entropy_scale log p_t(x) beside V and C, weighted with them (w (V + C + E)):
   # p_t is the mixture of the Gaussian path marginals N(mu_t, gamma_t^2 I) of the pair's
-  # population, its micro-batch of mB pairs (detached; GSBM's entropy interaction cost).
-  # 0 = off.
+  # population, its micro-batch of mB pairs (detached; GSBM's entropy interaction cost;
+  # ``_population_log_densities``). 0 = off.
   entropy_scale: float = 0.0
 
 
@@ -479,10 +479,6 @@ def condsoc_solve(x0: jax.Array, x1: jax.Array, mean_path: jax.Array,
   the B N paths by a random permutation (fold_in(fold_in(key, i), 1)), and C(X_t, Y_t)
   is taken against the partner's sample at the same time, not detached (GSBM permutes
   within micro-batches of mB pairs, here all B: the same when B <= mB).
-
-  Entropy cost (``guide.entropy_scale``, GSBM's V-neck): each sample's log-density under
-  the mixture of its micro-batch's Gaussian path marginals (groups of mB consecutive
-  pairs; all B when B <= mB), the marginals detached, as GSBM's.
 
   Args:
     x0, x1: [B, D] endpoints.
