@@ -235,16 +235,12 @@ def _detached_log_density(x: jax.Array, means: jax.Array, stds: jax.Array) -> ja
   return _log_density_and_grad(x, means, stds)[0]
 
 
-def _detached_fwd(x, means, stds):
-  density, grad = _log_density_and_grad(x, means, stds)
-  return density, grad
-
-
 def _detached_bwd(grad, cotangent):
   return cotangent[..., None] * grad, None, None
 
 
-_detached_log_density.defvjp(_detached_fwd, _detached_bwd)
+# The forward pass's residual is the gradient in x that the same pass computes.
+_detached_log_density.defvjp(_log_density_and_grad, _detached_bwd)
 
 
 def _state_term(x: jax.Array, guide: Guidance, weight: ArrayLike,

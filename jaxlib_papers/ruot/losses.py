@@ -17,6 +17,7 @@ Everything here is a module-level pure function of arrays and fields
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 from collections.abc import Callable, Sequence
 
 import chex
@@ -210,15 +211,11 @@ def _exact_plan_host(x, y, a, b):
   return plan.astype(np.asarray(x).dtype)
 
 
-_POOL: list[concurrent.futures.ThreadPoolExecutor] = []
-
-
+@functools.cache
 def _host_pool() -> concurrent.futures.ThreadPoolExecutor:
   """One thread per CPU this process may use (made on first use, then kept)."""
-  if not _POOL:
-    _POOL.append(concurrent.futures.ThreadPoolExecutor(
-        max_workers=len(affinity.available()), thread_name_prefix="exact_ot"))
-  return _POOL[0]
+  return concurrent.futures.ThreadPoolExecutor(
+      max_workers=len(affinity.available()), thread_name_prefix="exact_ot")
 
 
 def _exact_plans_host(x, y, a, b):

@@ -305,6 +305,17 @@ def _interaction_solve(num_pairs=4, weight=2.0):
   return solve, params, noise
 
 
+def _assert_directional_derivative(grad, f, params, *, seed, h=1e-5, rtol=1e-6):
+  """<grad, d> equals the central finite difference of f along a random direction d."""
+  rng = np.random.default_rng(seed)
+  direction = jax.tree.map(lambda a: jnp.asarray(rng.normal(size=a.shape)), params)
+  shifted = lambda e: jax.tree.map(lambda a, d: a + e * d, params, direction)
+  f = jax.jit(f)
+  fd = (f(shifted(h)) - f(shifted(-h))) / (2 * h)
+  ad = sum(jnp.sum(g * d) for g, d in zip(jax.tree.leaves(grad), jax.tree.leaves(direction)))
+  np.testing.assert_allclose(ad, fd, rtol=rtol)
+
+
 def test_interaction_cost_pairs_the_paths_and_differentiates_through_the_partner():
   """Each path's congestion is taken against its partner under the permutation, with the
   weight; the gradient includes the partner's side (not detached): it matches central
@@ -322,15 +333,8 @@ def test_interaction_cost_pairs_the_paths_and_differentiates_through_the_partner
     by_hand = np.array([2.0 / (1.0 + np.sum((flat[i] - flat[j]) ** 2, -1))
                         for i, j in enumerate(np.asarray(perm))]).reshape(x.shape[:3])
     np.testing.assert_allclose(losses - plain, 2.0 * by_hand.mean(axis=(1, 2)), rtol=1e-10)
-    grad = jax.grad(lambda p: kernel._objective(p, noise, solve, terms, perm)[0])(params)
-    f = jax.jit(lambda p: kernel._objective(p, noise, solve, terms, perm)[0])
-    rng = np.random.default_rng(0)
-    direction = jax.tree.map(lambda a: jnp.asarray(rng.normal(size=a.shape)), params)
-    h = 1e-5
-    shifted = lambda e: jax.tree.map(lambda a, d: a + e * d, params, direction)
-    fd = (f(shifted(h)) - f(shifted(-h))) / (2 * h)
-    ad = sum(jnp.sum(g * d) for g, d in zip(jax.tree.leaves(grad), jax.tree.leaves(direction)))
-    np.testing.assert_allclose(ad, fd, rtol=1e-6)
+    objective = lambda p: kernel._objective(p, noise, solve, terms, perm)[0]
+    _assert_directional_derivative(jax.grad(objective)(params), objective, params, seed=0)
     # Detaching the partner would drop its side: the gradient would differ.
     partner_side = jax.grad(lambda p: jnp.sum(2.0 * tasks.congestion(
         jax.lax.stop_gradient(x.reshape(flat.shape)),
@@ -400,14 +404,8 @@ def test_entropy_cost_takes_the_micro_batch_marginals_detached():
     total, losses = kernel._objective(params, noise, solve, terms)
     np.testing.assert_allclose(losses, frozen(params, marginals(params))[1], rtol=1e-12)
     grad = jax.grad(lambda p: kernel._objective(p, noise, solve, terms)[0])(params)
-    f = jax.jit(lambda p: frozen(p, marginals(params))[0])
-    rng = np.random.default_rng(1)
-    direction = jax.tree.map(lambda a: jnp.asarray(rng.normal(size=a.shape)), params)
-    h = 1e-5
-    shifted = lambda e: jax.tree.map(lambda a, d: a + e * d, params, direction)
-    fd = (f(shifted(h)) - f(shifted(-h))) / (2 * h)
-    ad = sum(jnp.sum(g * d) for g, d in zip(jax.tree.leaves(grad), jax.tree.leaves(direction)))
-    np.testing.assert_allclose(ad, fd, rtol=1e-6)
+    _assert_directional_derivative(grad, lambda p: frozen(p, marginals(params))[0], params,
+                                   seed=1)
     # Not detached, the population's own side would add to the gradient:
     live = jax.grad(lambda p: frozen(p, marginals(p))[0])(params)
     assert float(jnp.max(jnp.abs(live.mean_knots - grad.mean_knots))) > 1e-4
