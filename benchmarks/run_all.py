@@ -780,10 +780,7 @@ def of_peak(row: dict[str, Any], peaks: timing.Peaks | None) -> str:
     return "-"
   cost = timing.Cost(row["flops_per_call"], row.get("bytes_per_call"),
                      not row["flops_lower_bound"])
-  where = timing.roofline(cost, 1.0 / row["calls_per_s"], peaks)
-  if where["bound"] is None:
-    return "n/a"
-  return f"{'' if cost.exact else '>= '}{100 * where['bound_fraction']:.3g}% {where['bound']}"
+  return timing.limit_text(cost, 1.0 / row["calls_per_s"], peaks)
 
 
 # -------------------------------------------------------------------------------- table

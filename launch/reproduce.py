@@ -115,6 +115,31 @@ def benchmark_xla_flags(name: str, mode: str) -> list[str]:
   return extra
 
 
+def benchmark_cpu_devices(count: int) -> int:
+  """A benchmark's ``--devices``: exposes ``count`` CPU devices (XLA's
+  ``--xla_force_host_platform_device_count``, one per core is the useful setting), so that
+  its sharded rows can split the batch over the cores as the package's train loops split it
+  over every device. Call it before jax starts its backend; it raises otherwise, and when
+  the backend is not a CPU. Returns ``count``."""
+  from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
+  if int(count) < 1:
+    raise ValueError(f"--devices must be >= 1; got {count}")
+  if count == 1:
+    return 1
+  if xla_bridge.backends_are_initialized():
+    raise RuntimeError("benchmark_cpu_devices: jax's backend has already started; call it "
+                       "before any jax operation")
+  flag = f"--xla_force_host_platform_device_count={int(count)}"
+  os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), flag]).strip()
+  import jax  # pylint: disable=g-import-not-at-top
+  if jax.default_backend() != "cpu" or len(jax.devices()) != int(count):
+    raise RuntimeError(f"--devices={count}: the backend is {jax.default_backend()} with "
+                       f"{len(jax.devices())} devices; the flag applies to CPU hosts only")
+  print(f"ours, sharded rows: {count} CPU devices ({flag}; this process may use "
+        f"{len(os.sched_getaffinity(0))} cores)", flush=True)
+  return int(count)
+
+
 @functools.lru_cache(maxsize=None)
 def _xla_accepts(flag: str) -> bool:
   """Whether the installed jaxlib starts with ``flag`` (an unknown XLA flag aborts the

@@ -199,6 +199,29 @@ def test_benchmarks_get_a_units_flags_only_before_jax_starts(monkeypatch):
   assert os.environ["XLA_FLAGS"] == ""
 
 
+def test_benchmark_cpu_devices_only_before_jax_starts(monkeypatch):
+  """``benchmark_cpu_devices`` (a benchmark's ``--devices``) refuses once the backend has
+  started, leaving XLA_FLAGS as it was, accepts 1 as a no-op, rejects < 1; in a fresh
+  process it exposes the devices asked for."""
+  import jax  # pylint: disable=g-import-not-at-top
+
+  from launch import reproduce as launcher  # pylint: disable=g-import-not-at-top
+  jax.devices()
+  monkeypatch.setenv("XLA_FLAGS", "")
+  assert launcher.benchmark_cpu_devices(1) == 1
+  with pytest.raises(ValueError, match="--devices"):
+    launcher.benchmark_cpu_devices(0)
+  with pytest.raises(RuntimeError, match="already started"):
+    launcher.benchmark_cpu_devices(2)
+  assert os.environ["XLA_FLAGS"] == ""
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  code = ("import jaxlib_papers, jax\nfrom launch import reproduce as r\n"
+          "r.benchmark_cpu_devices(3)\nprint('DEVICES', len(jax.devices()))")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                       env={**env, "PYTHONPATH": str(REPO)}, timeout=120, check=True)
+  assert "DEVICES 3" in out.stdout, out.stderr[-1000:]
+
+
 def test_every_check_is_registered():
   from jaxlib_papers.core import reproduce  # pylint: disable=g-import-not-at-top
   papers = {p.parent.name for p in (REPO / "jaxlib_papers").glob("*/reproduce.py")}

@@ -110,6 +110,14 @@ class Cost(NamedTuple):
   #                       body is counted once and the figures are lower bounds. A ``cond``
   #                       counts as its costliest branch (as XLA's own count does)
 
+  def per(self, units: float) -> "Cost":
+    """The cost of one of ``units`` equal parts of the call (a call that runs 10 epochs:
+    ``cost.per(10)`` is one epoch's)."""
+    if units <= 0:
+      raise ValueError(f"units must be > 0; got {units}")
+    div = lambda v: None if v is None else v / units
+    return Cost(div(self.flops), div(self.bytes), self.exact)
+
 
 def _xla_cost(compiled) -> tuple[float | None, float | None]:
   try:
@@ -243,3 +251,52 @@ def roofline(cost: Cost, seconds_per_call: float, peaks: Peaks) -> dict[str, Any
   return {"flops_per_s": flops_s, "bytes_per_s": bytes_s, "flops_fraction": frac_f,
           "bytes_fraction": frac_b, "bound": bound, "bound_fraction": fraction,
           "exact": cost.exact}
+
+
+def limit_text(cost: Cost, seconds_per_call: float, peaks: Peaks) -> str:
+  """A program's place against the machine's peaks, as the benchmark tables print it:
+  ``"44.7% memory"`` (the roofline's bound and the fraction of its peak reached), ``">= "``
+  in front when a ``while_loop`` makes the count a lower bound, ``"n/a"`` without XLA's
+  counts."""
+  where = roofline(cost, seconds_per_call, peaks)
+  if where["bound"] is None:
+    return "n/a"
+  return f"{'' if cost.exact else '>= '}{100 * where['bound_fraction']:.3g}% {where['bound']}"
+
+
+def floor_multiples(cost: Cost, peaks: Peaks, reference_seconds: float
+                    ) -> dict[str, float | None]:
+  """The least time the machine's peaks allow one call of a program of ``cost``, as
+  multiples of ``reference_seconds`` (e.g. one seed's measured time, for an S-seed program):
+  ``{"compute": flops / peak FLOP/s / reference, "memory": bytes / peak bytes/s /
+  reference}`` (``None`` where XLA gave no count).
+
+  The compute floor is a hard one (every counted flop must run). The memory floor uses XLA's
+  bytes accessed, which count every operand of every fused op, cache hits included, so it
+  overstates the traffic a program must move: read it as an estimate, not a proof. When a
+  ``while_loop`` makes ``cost`` a lower bound, both stay floors.
+  """
+  if reference_seconds <= 0:
+    raise ValueError(f"reference_seconds must be > 0; got {reference_seconds}")
+  compute = None if cost.flops is None else cost.flops / peaks.flops_per_s / reference_seconds
+  memory = None if cost.bytes is None else cost.bytes / peaks.bytes_per_s / reference_seconds
+  return {"compute": compute, "memory": memory}
+
+
+def seeds_floor_text(cost: Cost, peaks: Peaks, one_seed_seconds: float, seeds: int,
+                     goal: float | None = None) -> str:
+  """One line on whether the machine can run ``seeds`` vmapped seeds (a program of
+  ``cost``) in ``goal`` x one seed's measured time: the floors of :func:`floor_multiples`
+  and, when the compute floor alone exceeds the goal, that no schedule can meet it here."""
+  floors = floor_multiples(cost, peaks, one_seed_seconds)
+  fmt = lambda v: "n/a" if v is None else f"{v:.2f}x"
+  line = (f"{seeds} seeds at the machine's peaks need at least {fmt(floors['compute'])} one "
+          f"seed's time by their flops, {fmt(floors['memory'])} by XLA's bytes accessed (an "
+          "overestimate of the traffic)")
+  if goal is not None and floors["compute"] is not None:
+    if floors["compute"] > goal:
+      line += f": the {goal:g}x goal is out of this machine's reach (compute-bound floor)"
+    else:
+      line += f": the {goal:g}x goal is within this machine's compute peak"
+  return line
+

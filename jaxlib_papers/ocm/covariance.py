@@ -103,7 +103,10 @@ HEAD_LOSSES = ("mse", "rmse", "nll")
 # and once exp underflows (raw < -87 in float32) 1 / sg(m) * dm/draw is inf * 0 = NaN.
 # Any positive weight that does not depend on y keeps the fixed point m = E[y | x_t].
 RMSE_WEIGHT_FLOOR = 1e-6
-_SOFTPLUS_ONE = float(jnp.log(jnp.expm1(1.0)))  # softplus(raw + this) = 1 at raw = 0
+# softplus(raw + this) = 1 at raw = 0: log(expm1(1)) as XLA computes it in float32 (one ulp
+# below the correctly rounded value; written out so that importing the module does not
+# start jax's backend, which must stay free to take XLA_FLAGS; tested against the formula).
+_SOFTPLUS_ONE = float.fromhex("0x1.1528860000000p-1")
 
 
 def head_variance(method: str, raw: Array, *, eps_hat: Array | None = None,

@@ -85,3 +85,30 @@ def test_machine_peaks_are_positive_and_a_matmul_reaches_a_sane_fraction():
   peaks = timing.machine_peaks(repeats=1)
   assert peaks.flops_per_s > 1e8 and peaks.bytes_per_s > 1e7
   assert "GFLOP/s" in peaks.what and "GB/s" in peaks.what
+
+
+def test_limit_text_prints_the_bound_and_marks_lower_bounds():
+  peaks = timing.Peaks(flops_per_s=100.0, bytes_per_s=10.0, what="toy")
+  assert timing.limit_text(timing.Cost(400.0, 20.0, True), 8.0, peaks) == "50% compute"
+  assert timing.limit_text(timing.Cost(40.0, 20.0, False), 4.0, peaks) == ">= 50% memory"
+  assert timing.limit_text(timing.Cost(None, None, True), 1.0, peaks) == "n/a"
+
+
+def test_floor_multiples_and_the_seeds_verdict():
+  peaks = timing.Peaks(flops_per_s=100.0, bytes_per_s=10.0, what="toy")
+  # 8 seeds: 800 flops take >= 8 s at the peak, 40 bytes >= 4 s; one seed measured 2 s.
+  floors = timing.floor_multiples(timing.Cost(800.0, 40.0, True), peaks, 2.0)
+  assert floors == {"compute": pytest.approx(4.0), "memory": pytest.approx(2.0)}
+  assert timing.floor_multiples(timing.Cost(None, 40.0, True), peaks, 2.0)["compute"] is None
+  out = timing.seeds_floor_text(timing.Cost(800.0, 40.0, True), peaks, 2.0, 8, goal=3.0)
+  assert "4.00x" in out and "2.00x" in out and "out of this machine's reach" in out
+  within = timing.seeds_floor_text(timing.Cost(400.0, 40.0, True), peaks, 2.0, 8, goal=3.0)
+  assert "2.00x" in within and "within this machine's compute peak" in within
+  with pytest.raises(ValueError, match="reference_seconds"):
+    timing.floor_multiples(timing.Cost(1.0, 1.0, True), peaks, 0.0)
+
+
+def test_cost_per_unit_divides_the_counts():
+  assert timing.Cost(10.0, None, False).per(4) == timing.Cost(2.5, None, False)
+  with pytest.raises(ValueError, match="units"):
+    timing.Cost(1.0, 1.0, True).per(0)

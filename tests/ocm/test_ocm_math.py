@@ -1,5 +1,7 @@
 """Closed-form checks of the OCM math: Tweedie, probe estimator, samplers, NELBO (float64)."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -459,3 +461,10 @@ def test_jacobian_diagonal_method_equals_the_closed_form(schedule):
     assert np.ptp(np.asarray(var_j[1, 1]), axis=0).min() > 1e-2  # t = 54: h* varies with x_t
     np.testing.assert_allclose(diag, jnp.broadcast_to(jnp.diag(a), x_t.shape), rtol=1e-12)
     np.testing.assert_allclose(eps, x_t @ a.T, rtol=1e-12)
+
+
+def test_softplus_offset_is_xlas_float32_log_expm1_one():
+  """The written-out constant is the value the formula gives in float32 (so the heads'
+  output at raw = 0 is exactly softplus of it, as before it was written out)."""
+  assert covariance._SOFTPLUS_ONE == float(jnp.log(jnp.expm1(jnp.float32(1.0))))  # noqa: SLF001
+  assert abs(covariance._SOFTPLUS_ONE - math.log(math.expm1(1.0))) < 1.2e-7  # noqa: SLF001
