@@ -17,8 +17,11 @@ half each). Both answer "the longest corpus match starting at every position":
   common prefix with the neighbours).
 
 Checked: min(infini-gram's r(l) - l, W) == our m(l) at every position. Reported: build
-seconds, query positions per second, the speed ratio, bytes per corpus token of each index.
-Numbers are this machine's, now.
+seconds, query positions per second (the two sides' query runs alternate, ``--repeats``
+rounds after a warm-up each; medians with min-max), the per-round speed ratio, bytes per
+corpus token of each index, and ours against this machine's own peaks measured after the
+runs (``core.timing``: the roofline's bound and the fraction of its peak reached). Numbers
+are this machine's, now.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import pathlib  # noqa: E402
 import resource  # noqa: E402
+import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -96,37 +100,52 @@ def main(argv=None):
   jax.block_until_ready(corpus.build(sources.corpus, args.width, sources.vocab_size))
   build_ours = time.perf_counter() - start
   batch, _ = corpus.pad_texts(queries, index, 1)
-  timed = timing.compile_and_time(kernel.matching_statistics, index.table, batch,
-                                  repeats=args.repeats)
+  timed = timing.compile_and_time(kernel.matching_statistics, index.table, batch, repeats=1)
+  cost = timing.program_cost(kernel.matching_statistics, index.table, batch,
+                             compiled=timed.compiled)
   ours = np.asarray(timed.output)
   positions = batch.size
   print(f"corpus {sources.origin}: {n_tokens:,} tokens; queries {len(queries)} x "
         f"{args.length} words; W = {args.width}")
   print(f"ours: build {build_ours:.2f} s (first call with compile {build_first:.2f} s), "
-        f"query compile {timed.compile_seconds:.2f} s, run {timed.median * 1e3:.1f} ms = "
-        f"{positions / timed.median:,.0f} positions/s; "
+        f"query compile {timed.compile_seconds:.2f} s; "
         f"{(index.table.tokens.nbytes + index.table.order.nbytes) / index.table.size:.1f} "
         "bytes per corpus token")
   try:
     from infini_gram.engine import InfiniGramEngine  # pylint: disable=g-import-not-at-top
   except ImportError:
+    InfiniGramEngine = None  # noqa: N806
     print("infini-gram: not installed (pip install infini-gram): no side-by-side")
-    return
+  mine, theirs_s, theirs = [], [], None
   with tempfile.TemporaryDirectory() as tmp:
-    folder = pathlib.Path(tmp)
-    build_ig = infini_gram_build(sources.corpus, folder)
-    engine = InfiniGramEngine(index_dir=str(folder), eos_token_id=65534, vocab_size=65535,
-                              token_dtype="u16")
-    runs = [infini_gram_matches(engine, queries, args.width) for _ in range(args.repeats)]
-    theirs, seconds = runs[-1][0], sorted(r[1] for r in runs)[len(runs) // 2]
-    size = sum(f.stat().st_size for f in folder.iterdir()
-               if f.name.startswith(("tokenized", "table")))
+    if InfiniGramEngine is not None:
+      folder = pathlib.Path(tmp)
+      build_ig = infini_gram_build(sources.corpus, folder)
+      engine = InfiniGramEngine(index_dir=str(folder), eos_token_id=65534, vocab_size=65535,
+                                token_dtype="u16")
+      infini_gram_matches(engine, queries, args.width)  # warm-up
+      size = sum(f.stat().st_size for f in folder.iterdir()
+                 if f.name.startswith(("tokenized", "table")))
+    for _ in range(args.repeats):  # alternating: ours, infini-gram, ours, ...
+      mine += timing.time_calls(timed.compiled, index.table, batch)[0]
+      if InfiniGramEngine is not None:
+        theirs, seconds = infini_gram_matches(engine, queries, args.width)
+        theirs_s.append(seconds)
+  median = statistics.median(mine)
+  peaks = timing.machine_peaks()  # after the timed runs, in this process
+  print(f"{peaks.what}\nours: run {timing.spread([1e3 * m for m in mine], 1)} ms = "
+        f"{positions / median:,.0f} positions/s, "
+        f"{timing.limit_text(cost, median, peaks)} of this machine's peak")
+  if InfiniGramEngine is None:
+    return
   equal = bool(np.array_equal(theirs, ours))
-  print(f"infini-gram: build {build_ig:.2f} s, run {seconds * 1e3:.1f} ms = "
-        f"{positions / seconds:,.0f} positions/s; {size / n_tokens:.1f} bytes per corpus "
-        f"token")
-  print(f"results equal: {equal}; speed ratio ours / infini-gram: "
-        f"{seconds / timed.median:.1f}x; build ratio {build_ig / build_ours:.2f}x")
+  ratios = [t / m for t, m in zip(theirs_s, mine)]
+  print(f"infini-gram: build {build_ig:.2f} s, run "
+        f"{timing.spread([1e3 * t for t in theirs_s], 1)} ms = "
+        f"{positions / statistics.median(theirs_s):,.0f} positions/s; {size / n_tokens:.1f} "
+        "bytes per corpus token")
+  print(f"results equal: {equal}; speed ratio infini-gram / ours per alternating round: "
+        f"{timing.spread(ratios, 1, 'x')}; build ratio {build_ig / build_ours:.2f}x")
 
 
 if __name__ == "__main__":

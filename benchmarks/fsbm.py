@@ -18,7 +18,13 @@ official 100 S-tunnel keypoint trajectories (``data/kp_traj_stunnel.pt``, loaded
 
 Both sides run in this one process, alternating (ours, official, ours, ...) after a
 warm-up call of each; every row gives both medians with min-max over ``--repeats`` and the
-median (min-max) of the per-pair ratios official / ours. At start-up the script checks
+median (min-max) of the per-pair ratios official / ours, and ours against this machine's
+own peaks measured in the same run after the timed rows ("ours of peak": the roofline's
+bound and the fraction of its peak reached, from XLA's counts per iteration or M-step;
+``core.timing``). ``--devices=N`` (N > 1, CPU hosts) exposes N CPU devices, one per core,
+and adds a row of the same CondSOC solve with the pairs split over them (each pair's
+path is its own problem, so the split changes no value; ``core.distributed``): on a CPU,
+devices are how a program gets every core. At start-up the script checks
 that both sides compute the same things (CondSOC loss and gradient at the same noise; path
 samples, drift targets, network outputs and bridge-matching loss at the same inputs).
 
@@ -80,7 +86,7 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 from official_stand_ins import stand_in  # noqa: E402  (this folder, first on sys.path)
 
-from jaxlib_papers.core import prng, timing  # noqa: E402
+from jaxlib_papers.core import distributed, prng, timing  # noqa: E402
 from jaxlib_papers.fsbm import feedback, gpath, kernel, models, tasks  # noqa: E402
 
 # The official S-tunnel sizes (configs/train.yaml + configs/experiment/stunnel.yaml), used
@@ -271,6 +277,16 @@ class Ours:
     self.solve_fn = solve
     self.solve, self.solve_compile_s, *_ = timing.compile_and_time(
         solve, self.mean_path, self.key, repeats=0)
+    self.sharded = None
+    if args.devices > 1:  # the same solve, the pairs split over the CPU devices
+      mesh = distributed.make_mesh()
+      mean_path = distributed.shard_batch(np.asarray(problem.mean_path), mesh)
+      key = distributed.replicate(self.key, mesh)
+      compiled = timing.compile_and_time(solve, mean_path, key, repeats=0)
+      self.sharded = {"mean_path": mean_path, "key": key, "solve": compiled.compiled,
+                      "compile_s": compiled.compile_seconds,
+                      "cost": timing.program_cost(solve, mean_path, key,
+                                                  compiled=compiled.compiled).per(args.iters)}
 
     # The M-step of kernel.make_kernel's alternation, on the fitted-path stand-ins.
     self.net = models.VectorField(dim=sizes["dim"])
@@ -291,6 +307,14 @@ class Ours:
     self.scan_steps, self.scan_compile_s, *_ = timing.compile_and_time(
         lambda state: self.match_steps(state, args.msteps), self.mstate, repeats=0)
     self.msteps = args.msteps
+    # XLA's counts of one unit of each row (an iteration, an M-step), scans by trip count
+    self.costs = {
+        "solve": timing.program_cost(solve, self.mean_path, self.key,
+                                     compiled=self.solve).per(args.iters),
+        "one": timing.program_cost(lambda state: self.match_steps(state, 1), self.mstate,
+                                   compiled=self.one_step),
+        "scan": timing.program_cost(lambda state: self.match_steps(state, args.msteps),
+                                    self.mstate, compiled=self.scan_steps).per(args.msteps)}
 
   def match_step(self, carry, step_key):
     """One M-step, as in ``kernel.make_kernel`` (forward direction, no base drift)."""
@@ -323,6 +347,11 @@ class Ours:
   def run_solve(self, n: int) -> None:
     for _ in range(n):
       out = self.solve(self.mean_path, self.key)
+    jax.block_until_ready(out)
+
+  def run_sharded_solve(self, n: int) -> None:
+    for _ in range(n):
+      out = self.sharded["solve"](self.sharded["mean_path"], self.sharded["key"])
     jax.block_until_ready(out)
 
   def _run_m(self, step, n: int) -> None:
@@ -443,10 +472,11 @@ def _seconds(run, inner: int) -> float:
 
 
 def bench(rows, name, what, compile_s, ours_run, official_run, *, ours_units: int,
-          official_units: int, per: int, repeats: int):
+          official_units: int, per: int, repeats: int, cost: timing.Cost):
   """Alternating timed samples; ms per unit of work (``per`` units per call of a runner).
 
   ``ours_run(k)`` / ``official_run(k)`` run k calls; ``*_units`` calls make one sample.
+  ``cost``: XLA's counts of one unit of ours (for the "of peak" column).
   """
   ours_run(1)
   if official_run is not None:
@@ -458,7 +488,7 @@ def bench(rows, name, what, compile_s, ours_run, official_run, *, ours_units: in
       official_ms.append(1e3 * _seconds(official_run, official_units)
                          / (official_units * per[1]))
   row = timing.side_by_side_row(name, what, ours_ms, official_ms, compile_s, 2)
-  rows.append(row)
+  rows.append((row, cost, 1e-3 * statistics.median(ours_ms)))
   print(" | ".join(row), flush=True)
 
 
@@ -592,12 +622,16 @@ def main():
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--profile", action="store_true")
   parser.add_argument("--profile_repeats", type=int, default=20)
+  parser.add_argument("--devices", type=int, default=1,
+                      help="CPU devices to expose (one per core: 2 here); > 1 adds a row of "
+                           "the CondSOC solve with the pairs split over them")
   parser.add_argument("--xla_flags", choices=("reproduce", "default"), default="reproduce",
                       help="ours with the XLA flags the reproduction registers for the "
                            "S-tunnel part (today: no YNN reduction fusions), or XLA's defaults")
   args = parser.parse_args()
   from launch import reproduce as launcher  # pylint: disable=g-import-not-at-top
   launcher.benchmark_xla_flags("fsbm/stunnel", args.xla_flags)  # before jax starts its backend
+  launcher.benchmark_cpu_devices(args.devices)
   if os.environ.get("OPENBLAS_CORETYPE") or os.environ.get("OPENBLAS_L2_SIZE"):
     print("note: OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are set; they slow the official "
           "side's NumPy (unset them for this command)", flush=True)
@@ -632,22 +666,33 @@ def main():
         f"mB={s['pairs']} pairs, S={s['num_steps']}, N={s['num_noise']}, "
         f"T_mean={s['num_mean_knots']}, T_gamma={s['num_gamma_knots']}, tau={s['tau']:g}",
         ours.solve_compile_s, ours.run_solve, official.run_fit if official else None,
-        ours_units=1, official_units=1, per=(args.iters, args.iters), repeats=args.repeats)
+        ours_units=1, official_units=1, per=(args.iters, args.iters), repeats=args.repeats,
+        cost=ours.costs["solve"])
+  if ours.sharded is not None:
+    bench(rows, f"CondSOC iteration ({args.iters} per call), pairs over {args.devices} CPU "
+          "devices", f"mB={s['pairs']} pairs, S={s['num_steps']}, N={s['num_noise']}, "
+          f"T_mean={s['num_mean_knots']}, T_gamma={s['num_gamma_knots']}, tau={s['tau']:g}",
+          ours.sharded["compile_s"], ours.run_sharded_solve,
+          official.run_fit if official else None, ours_units=1, official_units=1,
+          per=(args.iters, args.iters), repeats=args.repeats, cost=ours.sharded["cost"])
   what = f"batch {s['batch']}, MLP 128, AdamW + EMA"
   bench(rows, "M-step (ours: 1 per call)", what, ours.one_step_compile_s,
         ours.run_one_steps, official.run_msteps if official else None,
         ours_units=args.msteps, official_units=args.msteps, per=(1, 1),
-        repeats=args.repeats)
+        repeats=args.repeats, cost=ours.costs["one"])
   bench(rows, f"M-step (ours: {args.msteps} per call, lax.scan)", what, ours.scan_compile_s,
         ours.run_scan_steps, official.run_msteps if official else None,
         ours_units=1, official_units=args.msteps, per=(args.msteps, 1),
-        repeats=args.repeats)
+        repeats=args.repeats, cost=ours.costs["scan"])
+  # The machine's own peaks, measured now (after the timed rows), and ours against them.
+  peaks = timing.machine_peaks()
+  print(peaks.what)
 
   print("\n| hot path | size | ours ms, median (min-max) | ours compile s | official ms, "
-        "median (min-max) | official / ours, median (min-max) |")
-  print("|---|---|---|---|---|---|")
-  for row in rows:
-    print("| " + " | ".join(row) + " |")
+        "median (min-max) | official / ours, median (min-max) | ours of peak |")
+  print("|---|---|---|---|---|---|---|")
+  for row, cost, seconds in rows:
+    print("| " + " | ".join(row) + f" | {timing.limit_text(cost, seconds, peaks)} |")
   if official is None:
     print("(ours only: pass --official_dir for the side-by-side run)")
   if args.profile:

@@ -29,7 +29,14 @@ axis of an [B, 2 D, 1, 1] tensor, which is what the official wrapper splits).
 
 Each timed sample is ``--inner`` consecutive calls (per-call milliseconds reported); a row
 gives both medians with min-max over ``--repeats`` and the median (min-max) of the per-pair
-ratios official / ours. ``--profile`` adds where the time goes on each side. Without
+ratios official / ours; "ours of peak" places ours against this machine's own peaks,
+measured in the same run after the timed rows (the roofline's bound and the fraction of its
+peak reached, from XLA's counts per step or pass; ``core.timing``). ``--devices=N`` (N > 1,
+CPU hosts) exposes N CPU devices, one per core, and adds a row of the 10-per-call head step
+with the batch split over them, replicated parameters and an all-reduced gradient, as the
+package's train loop runs on every device (``core.distributed``): on a CPU, devices are
+how a program of small matmuls gets more than one core. ``--profile`` adds
+where the time goes on each side. Without
 ``--official_dir`` only ours is timed, and the script says so.
 
 OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE (set on some machines for old OpenBLAS builds) slow
@@ -56,7 +63,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
-from jaxlib_papers.core import timing  # noqa: E402
+from jaxlib_papers.core import distributed, timing  # noqa: E402
 from jaxlib_papers.ocm import covariance, data, diffusion, kernel, models  # noqa: E402
 from jaxlib_papers.ocm.configs import default as default_config  # noqa: E402
 
@@ -103,6 +110,25 @@ class Ours:
     self.sample_key = jax.random.key(args.seed + 1)
     self.sample, self.sample_compile_s, *_ = timing.compile_and_time(
         sample, self.x_T, self.sample_key, repeats=0)
+    self.sharded = None
+    if args.devices > 1:  # the same chunked step, the batch split over the CPU devices
+      mesh = distributed.make_mesh()
+      state = distributed.replicate(self.state, mesh)
+      batch = distributed.shard_batch(np.asarray(chunk), mesh)
+      step = timing.compile_and_time(jax.jit(chunked.train_step), state, batch, repeats=0)
+      self.sharded = {"state": state, "batch": batch, "step": step.compiled,
+                      "compile_s": step.compile_seconds,
+                      "cost": timing.program_cost(chunked.train_step, state, batch,
+                                                  compiled=step.compiled
+                                                  ).per(args.steps_per_call)}
+    # XLA's counts of one unit of each row (a head step, a sampling pass)
+    self.costs = {
+        "step": timing.program_cost(self.heads.train_step, self.state, self.x0,
+                                    compiled=self.step),
+        "chunk": timing.program_cost(chunked.train_step, self.state, chunk,
+                                     compiled=self.chunk_step).per(args.steps_per_call),
+        "sample": timing.program_cost(sample, self.x_T, self.sample_key,
+                                      compiled=self.sample)}
 
   def _train(self, step, batch, n: int) -> None:
     state = self.state
@@ -116,6 +142,13 @@ class Ours:
 
   def run_chunks(self, n: int) -> None:
     self._train(self.chunk_step, self.chunk, n)
+
+  def run_sharded_chunks(self, n: int) -> None:
+    state, step, batch = self.sharded["state"], self.sharded["step"], self.sharded["batch"]
+    for _ in range(n):
+      state, metrics = step(state, batch)
+    jax.block_until_ready(metrics["loss"])
+    self.sharded["state"] = state
 
   def run_sample(self, n: int) -> None:
     for _ in range(n):
@@ -309,7 +342,9 @@ def _seconds(run, inner: int) -> float:
 
 
 
-def bench(rows, name, what, compile_s, ours_run, official_run, inner, repeats, warmup):
+def bench(rows, name, what, compile_s, ours_run, official_run, inner, repeats, warmup,
+          cost: timing.Cost):
+  """Alternating timed samples, ms per unit; ``cost``: XLA's counts of one unit of ours."""
   ours_run(warmup)
   if official_run is not None:
     official_run(warmup)
@@ -319,7 +354,7 @@ def bench(rows, name, what, compile_s, ours_run, official_run, inner, repeats, w
     if official_run is not None:
       official_ms.append(1e3 * _seconds(official_run, inner))
   row = timing.side_by_side_row(name, what, ours_ms, official_ms, compile_s, 3)
-  rows.append(row)
+  rows.append((row, cost, 1e-3 * statistics.median(ours_ms)))
   print(" | ".join(row), flush=True)
 
 
@@ -462,6 +497,9 @@ def main():
   parser.add_argument("--inner", type=int, default=20,
                       help="head steps per timed sample (sampling: a quarter of it)")
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--devices", type=int, default=1,
+                      help="CPU devices to expose (one per core: 2 here); > 1 adds a row of "
+                           "the 10-per-call head step with the batch split over them")
   parser.add_argument("--profile", action="store_true")
   parser.add_argument("--xla_flags", choices=("reproduce", "default"), default="reproduce",
                       help="ours with the XLA flags the reproduction registers for the ocm "
@@ -469,6 +507,7 @@ def main():
   args = parser.parse_args()
   from launch import reproduce as launcher  # pylint: disable=g-import-not-at-top
   launcher.benchmark_xla_flags("ocm", args.xla_flags)  # before jax starts its backend
+  launcher.benchmark_cpu_devices(args.devices)
   if int(config.model.head_depth) != 2:
     raise ValueError("the benchmark builds a 2-layer head")
   if os.environ.get("OPENBLAS_CORETYPE") or os.environ.get("OPENBLAS_L2_SIZE"):
@@ -489,25 +528,35 @@ def main():
   rows = []
   bench(rows, "head step", f"{size}, batch {args.batch}, 1 probe", ours.step_compile_s,
         ours.run_steps, official.run_steps if official else None, args.inner, args.repeats,
-        warmup=args.inner)
+        warmup=args.inner, cost=ours.costs["step"])
   # Reported per optimizer step: one of our calls runs steps_per_call of them.
   inner_chunks = max(1, args.inner // args.steps_per_call)
   bench(rows, f"head step, {args.steps_per_call} per call (ours: train_loop's lax.scan)",
         f"{size}, batch {args.batch}, 1 probe", ours.chunk_compile_s,
         _per(ours.run_chunks, args.steps_per_call),
         official.run_steps if official else None, inner_chunks * args.steps_per_call,
-        args.repeats, warmup=inner_chunks * args.steps_per_call)
+        args.repeats, warmup=inner_chunks * args.steps_per_call, cost=ours.costs["chunk"])
+  if ours.sharded is not None:
+    bench(rows, f"head step, {args.steps_per_call} per call, batch over {args.devices} CPU "
+          "devices (ours: train_loop's sharding)", f"{size}, batch {args.batch}, 1 probe",
+          ours.sharded["compile_s"], _per(ours.run_sharded_chunks, args.steps_per_call),
+          official.run_steps if official else None, inner_chunks * args.steps_per_call,
+          args.repeats, warmup=inner_chunks * args.steps_per_call,
+          cost=ours.sharded["cost"])
   inner_sample = max(1, args.inner // 4)
   bench(rows, f"sampling K={args.sample_steps}", f"{size}, {args.sample_batch} samples, "
         "OCM covariance, DDPM", ours.sample_compile_s, ours.run_sample,
         official.run_sample if official else None, inner_sample, args.repeats,
-        warmup=inner_sample)
+        warmup=inner_sample, cost=ours.costs["sample"])
+  # The machine's own peaks, measured now (after the timed rows), and ours against them.
+  peaks = timing.machine_peaks()
+  print(peaks.what)
 
   print("\n| hot path | size | ours ms, median (min-max) | ours compile s | official ms, "
-        "median (min-max) | official / ours, median (min-max) |")
-  print("|---|---|---|---|---|---|")
-  for row in rows:
-    print("| " + " | ".join(row) + " |")
+        "median (min-max) | official / ours, median (min-max) | ours of peak |")
+  print("|---|---|---|---|---|---|---|")
+  for row, cost, seconds in rows:
+    print("| " + " | ".join(row) + f" | {timing.limit_text(cost, seconds, peaks)} |")
   if args.profile:
     profile(ours, official, args)
 

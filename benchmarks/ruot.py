@@ -36,7 +36,12 @@ Both sides start from the same weights (our v and g copied into the official FNe
 and d nets, evaluated by every FNet call but unused by stages 1-2, keep torch's init), and
 the script checks that one interval's Euler flow agrees. Each timed sample is
 ``--passes_per_call`` passes; the sides alternate (ours 1 seed, official, ours N seeds,
-...) after one warm-up call each, ``--repeats`` rounds per stage. A row gives the median
+...) after one warm-up call each, ``--repeats`` rounds per stage. After the table, the machine's
+own peaks are measured in the same run (``core.timing.machine_peaks``) and each of our
+programs is placed against them: its fraction of the roofline's bound (XLA's flops and
+bytes per pass; the host's OT plans are not counted), and for N seeds the least multiple of
+one seed's measured time the peaks allow (``--goal``, default 3: a goal below the compute
+floor cannot be met on this machine by any schedule). A row gives the median
 seconds per pass with min-max and the median (min-max) of the per-round ratios; the
 implied stages 1-2 time is 50 x stage 1 + 30 x stage 2 medians. The official code has no
 seed axis: N official seeds are N sequential runs, so its N-seed time is N x its one-seed
@@ -110,7 +115,7 @@ class Ours:
         jax.random.split(jax.random.key(args.seed), max(self.seed_counts)))
     self.times = [float(t) for t in snaps.times]
     self.xs = [jnp.asarray(x) for x in snaps.xs]
-    self.steps, self.states, self.compile_s = {}, {}, {}
+    self.steps, self.states, self.compile_s, self.costs = {}, {}, {}, {}
     for stage in args.stages:
       for n in self.seed_counts:
         params = jax.tree.map(lambda a, n=n: a[:n], self.all_params)
@@ -122,6 +127,9 @@ class Ours:
         self.steps[stage, n] = compiled.compiled
         self.states[stage, n] = state
         self.compile_s[stage, n] = compiled.compile_seconds
+        # XLA's counts of one pass (the host's exact OT plans are not counted)
+        self.costs[stage, n] = timing.program_cost(
+            kern.train_step, state, None, compiled=compiled.compiled).per(args.passes_per_call)
     self.last_loss = {}
 
   def runner(self, stage: str, num_seeds: int):
@@ -380,6 +388,45 @@ def report(all_seconds: dict, ours: Ours, official: Official | None) -> None:
     print(line)
 
 
+def limits(all_seconds: dict, ours: Ours, goal: float) -> None:
+  """Each of our programs against this machine's peaks, measured now (after the timings):
+  its fraction of the roofline's bound (XLA's counts per pass; the host's exact OT is not
+  in them), and for N seeds the least multiple of one seed's measured time the peaks allow."""
+  peaks = timing.machine_peaks()
+  print(f"\n{peaks.what}")
+  print("| stage | seeds | s / pass (median) | GFLOP / pass | of peak | floor at the peaks |")
+  print("|---|---|---|---|---|---|")
+  for stage, seconds in all_seconds.items():
+    one = statistics.median(seconds["ours x1"])
+    for n in ours.seed_counts:
+      median, cost = statistics.median(seconds[f"ours x{n}"]), ours.costs[stage, n]
+      # the goal is stated for the largest count (issue 40: 8 seeds)
+      floor = (timing.seeds_floor_text(cost, peaks, one, n,
+                                       goal if n == max(ours.seed_counts) else None)
+               if n > 1 else "-")
+      gflop = "n/a" if cost.flops is None else f"{cost.flops / 1e9:.3g}"
+      print(f"| {stage} | {n} | {median:.3f} | {gflop} | "
+            f"{timing.limit_text(cost, median, peaks)} | {floor} |")
+  if set(all_seconds) != set(STAGE_PASSES):
+    return
+  # Stages 1-2 as the notebook runs them: the floor of N seeds' passes over one seed's time.
+  one = sum(p * statistics.median(all_seconds[s]["ours x1"]) for s, p in STAGE_PASSES.items())
+  for n in ours.seed_counts[1:]:
+    costs = [ours.costs[s, n] for s in STAGE_PASSES]
+    if any(c.flops is None or c.bytes is None for c in costs):
+      continue
+    total = timing.Cost(*(sum(p * getattr(c, field) for p, c in zip(STAGE_PASSES.values(), costs))
+                          for field in ("flops", "bytes")), True)
+    largest = n == max(ours.seed_counts)
+    line = ("stages 1-2 (the notebook's passes): "
+            + timing.seeds_floor_text(total, peaks, one, n, goal if largest else None))
+    if largest:
+      need = total.flops / peaks.flops_per_s / (goal * one)
+      line += (f"; to meet it, {n} seeds' passes would have to run at >= {100 * need:.0f}% "
+               "of the compute peak")
+    print(line)
+
+
 # -------------------------------------------------------------------------------- profile
 
 
@@ -524,6 +571,8 @@ def main():
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--profile", action="store_true")
   parser.add_argument("--profile_repeats", type=int, default=3)
+  parser.add_argument("--goal", type=float, default=3.0,
+                      help="the largest N's time goal, in multiples of one seed's (issue 40: 3)")
   args = parser.parse_args()
   args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
   args.stages = [s for s in args.stages.split(",") if s.strip()]
@@ -558,6 +607,7 @@ def main():
           flush=True)
   if all_seconds:
     report(all_seconds, ours, official)
+    limits(all_seconds, ours, args.goal)
   if args.profile:
     profile(ours, official, args)
 

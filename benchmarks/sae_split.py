@@ -20,8 +20,10 @@ and E float32 and S float64 as there, the custom start's shuffle seeded 233, tim
 torch gets ``--threads`` (default: the core count, which XLA:CPU uses), both printed; the official
 binarisation every 500 iterations is left out on both sides. Runs alternate (ours,
 official, ...) after a warm-up; each row: both medians (min-max) per iteration and the
-per-pair ratio. Without ``--official_dir`` (or without torch: the ``[bench]`` extra) it
-prints ours only and says so.
+per-pair ratio, and ours against this machine's own peaks measured in the same run after
+the timed rows ("ours of peak": the roofline's bound and the fraction of its peak reached,
+from XLA's counts per iteration; ``core.timing``). Without ``--official_dir`` (or without
+torch: the ``[bench]`` extra) it prints ours only and says so.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import argparse
 import os
 import pathlib
 import random
+import statistics
 import sys
 import time
 
@@ -64,7 +67,8 @@ def load_fingerprints(official_dir: pathlib.Path | None = None) -> tuple[np.ndar
 
 
 def ours(fps: np.ndarray, neighbours: int, iterations: int):
-  """(compiled program, its state, problem) of ``iterations`` extragradient steps."""
+  """(compiled program, its (state, problem) arguments, compile seconds, XLA's counts of
+  one iteration) of ``iterations`` extragradient steps."""
   n = len(fps)
   table = splitter._table_program(jnp.asarray(fps), neighbours or n, 512)  # pylint: disable=protected-access
   target = kernel.make_target(EDGES, WEIGHTS, 0.1)
@@ -79,7 +83,9 @@ def ours(fps: np.ndarray, neighbours: int, iterations: int):
 
   start = time.perf_counter()
   compiled = program.lower(state, problem).compile()
-  return compiled, (state, problem), time.perf_counter() - start
+  compile_s = time.perf_counter() - start
+  cost = timing.program_cost(program, state, problem, compiled=compiled).per(iterations)
+  return compiled, (state, problem), compile_s, cost
 
 
 def official(official_dir: pathlib.Path, fps: np.ndarray, iterations: int, threads: int):
@@ -149,7 +155,7 @@ def main() -> None:
   print(timing.machine_line(torch) + f"; XLA:CPU threads {os.cpu_count()}")
   rows = []
   for name, k in (("top-k (k=128, cpu preset)", 128), ("dense (every column)", 0)):
-    compiled, call_args, compile_s = ours(fps, k, args.iterations)
+    compiled, call_args, compile_s, cost = ours(fps, k, args.iterations)
     jax.block_until_ready(compiled(*call_args))
     mine, theirs = [], []
     for _ in range(args.repeats):
@@ -159,12 +165,16 @@ def main() -> None:
         start = time.perf_counter()
         official_run()
         theirs.append(1e3 * (time.perf_counter() - start) / official_iterations)
-    rows.append(timing.side_by_side_row(name, "ms / iteration (2 gradients)", mine, theirs,
-                                        compile_s))
-  header = ("ours", "what", "ours ms", "compile s", "official ms", "official / ours")
+    rows.append((timing.side_by_side_row(name, "ms / iteration (2 gradients)", mine, theirs,
+                                         compile_s), cost, 1e-3 * statistics.median(mine)))
+  # The machine's own peaks, measured now (after the timed rows), and ours against them.
+  peaks = timing.machine_peaks()
+  print(peaks.what)
+  header = ("ours", "what", "ours ms", "compile s", "official ms", "official / ours",
+            "ours of peak")
   print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
-  for row in rows:
-    print("| " + " | ".join(row) + " |")
+  for row, cost, seconds in rows:
+    print("| " + " | ".join(row) + f" | {timing.limit_text(cost, seconds, peaks)} |")
 
 
 if __name__ == "__main__":

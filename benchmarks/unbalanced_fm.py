@@ -14,7 +14,8 @@ conditional FM on a velocity MLP (width ``--hidden``, 3 hidden layers, time as a
   KL-relaxed unbalanced plan of ott-jax (``couplings.uot_plan``) on the same B x B batch.
 * torchcfm (``--official_dir=torchcfm``: the installed package, or a checkout's folder put
   on ``sys.path``): ``OTPlanSampler(method="exact")`` and ``OTPlanSampler(method=
-  "unbalanced", reg, reg_m)`` (POT on the host, squared Euclidean costs: torchcfm has no
+  "unbalanced", reg, reg_m, normalize_cost=True)`` (POT on the host, squared Euclidean
+  costs, divided by their maximum for the unbalanced plan: torchcfm has no
   Kabsch cost and no cutoff rule), ``ConditionalFlowMatcher(sigma=0)``'s
   ``sample_location_and_conditional_flow`` and one torch Adam step on the same MLP shape.
 
@@ -22,9 +23,16 @@ conditional FM on a velocity MLP (width ``--hidden``, 3 hidden layers, time as a
   shapes, ours against autodiff of the plain form, alternating (no official counterpart:
   the official relaxation loss runs on RDKit bounds this toy does not have).
 
-Each row: the median seconds per step over ``--repeats`` timed calls after a warm-up call
-(which compiles ours). Without ``--official_dir`` or without torch / torchcfm installed only
-ours is timed, and the script says so.
+All the steps run round-robin in one process (ours, 1 member; ours, ``--members``; the UOT
+plan; torchcfm exact; torchcfm unbalanced), ``--repeats`` rounds after a warm-up call each
+(which compiles ours); each row gives the median (min-max) milliseconds per step and
+member, our one-member step's per-round ratio against each torchcfm step, and ours against
+this machine's own peaks measured after the rounds (``core.timing``: the roofline's bound
+and the fraction of its peak reached, from XLA's counts). torchcfm's steps are not the same
+algorithm (squared Euclidean costs, no cutoff rule): the ratio says what a user of that
+library pays per step at these sizes, not that one implementation of one method beats
+another. Without ``--official_dir`` or without torch / torchcfm installed only ours is
+timed, and the script says so.
 """
 
 from __future__ import annotations
@@ -41,22 +49,13 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from jaxlib_papers.core import timing  # noqa: E402
 from jaxlib_papers.unbalanced_fm import couplings, geometry, kernel, problems  # noqa: E402
 
 
-def _median_seconds(fn, repeats: int) -> float:
-  fn()
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
-
-
-def ours(batch: int, hidden: int, members: int, repeats: int) -> dict[str, float]:
-  """Seconds per step of our cutoff + FM step (1 and ``members`` members) and of the UOT
-  plan on the same batch."""
+def ours(batch: int, hidden: int, members: int) -> dict[str, tuple]:
+  """{row: (call, XLA's counts of one call, units per call)}: our cutoff + FM step (1 and
+  ``members`` members; per member) and the UOT plan on the same batch, compiled here."""
   rng = np.random.default_rng(0)
   ligand = problems.make_ligand()
   apo = problems.sample_apo(rng, ligand, 4 * batch)[None]
@@ -70,19 +69,21 @@ def ours(batch: int, hidden: int, members: int, repeats: int) -> dict[str, float
     member_args = (np.full(r, 1.0, np.float32), np.zeros(r, np.float32), np.zeros(r, np.int32))
     k = kernel.make_kernel(net, kernel.dock_draw(pools, batch), None, member_args, 1,
                            np.arange(r))
-    state = k.init(jax.random.key(0))
-    step = jax.jit(k.train_step)
-    holder = {"state": state}
+    holder = {"state": k.init(jax.random.key(0))}
+    step = jax.jit(k.train_step).lower(holder["state"], None).compile()
+    counts = timing.program_cost(k.train_step, holder["state"], None, compiled=step)
 
     def call(step=step, holder=holder):
       holder["state"], metrics = step(holder["state"], None)
       jax.block_until_ready(metrics["loss"])
 
-    out[f"ours cutoff + FM step, {r} member(s)"] = _median_seconds(call, repeats) / r
+    out[f"ours cutoff + FM step, {r} member(s)"] = (call, counts, r)
   sub = cost[0, :batch, :batch]
-  uot = jax.jit(lambda c: couplings.uot_plan(c, 0.05, 0.9, 0.9))
-  out["ours ott-jax UOT plan (B x B)"] = _median_seconds(
-      lambda: jax.block_until_ready(uot(sub)), repeats)
+  plan = lambda c: couplings.uot_plan(c, 0.05, 0.9, 0.9)
+  uot = jax.jit(plan).lower(sub).compile()
+  out["ours ott-jax UOT plan (B x B)"] = (
+      lambda: jax.block_until_ready(uot(sub)),
+      timing.program_cost(plan, sub, compiled=uot), 1)
   return out
 
 
@@ -124,8 +125,8 @@ def energy(batch: int, members: int, repeats: int) -> dict[str, float]:
   return out
 
 
-def official(batch: int, hidden: int, repeats: int) -> dict[str, float]:
-  """Seconds per step of torchcfm's exact and unbalanced samplers + one FM Adam step."""
+def official(batch: int, hidden: int) -> dict[str, object]:
+  """{row: call} of torchcfm's exact and unbalanced samplers + one FM Adam step."""
   import torch  # pylint: disable=g-import-not-at-top
   from torchcfm.conditional_flow_matching import ConditionalFlowMatcher  # pylint: disable=g-import-not-at-top
   from torchcfm.optimal_transport import OTPlanSampler  # pylint: disable=g-import-not-at-top
@@ -141,8 +142,12 @@ def official(batch: int, hidden: int, repeats: int) -> dict[str, float]:
   matcher = ConditionalFlowMatcher(sigma=0.0)
   out = {}
   for name, sampler in (("exact", OTPlanSampler(method="exact")),
+                        # normalize_cost: on the raw squared distances (max ~300 here)
+                        # reg = 0.05 underflows POT's unbalanced Sinkhorn at its first
+                        # iteration and torchcfm falls back to the uniform plan, so the step
+                        # timed would not be a plan at all
                         ("unbalanced", OTPlanSampler(method="unbalanced", reg=0.05,
-                                                     reg_m=1.0))):
+                                                     reg_m=1.0, normalize_cost=True))):
     def call(sampler=sampler):
       a, b = sampler.sample_plan(x0, x1)
       t, xt, ut = matcher.sample_location_and_conditional_flow(a, b)
@@ -151,8 +156,21 @@ def official(batch: int, hidden: int, repeats: int) -> dict[str, float]:
       loss.backward()
       opt.step()
 
-    out[f"torchcfm {name} sampler + FM step"] = _median_seconds(call, repeats)
+    out[name] = call
   return out
+
+
+def alternate(calls: dict[str, object], repeats: int) -> dict[str, list[float]]:
+  """Seconds of each call, round-robin over ``repeats`` rounds after one warm-up each."""
+  for call in calls.values():
+    call()
+  seconds = {name: [] for name in calls}
+  for _ in range(repeats):
+    for name, call in calls.items():
+      start = time.perf_counter()
+      call()
+      seconds[name].append(time.perf_counter() - start)
+  return seconds
 
 
 def main() -> None:
@@ -163,22 +181,39 @@ def main() -> None:
   parser.add_argument("--members", type=int, default=12)
   parser.add_argument("--repeats", type=int, default=20)
   args = parser.parse_args()
-  rows = ours(args.batch, args.hidden, args.members, args.repeats)
-  rows |= energy(args.batch, args.members, args.repeats)
+  mine = ours(args.batch, args.hidden, args.members)
+  theirs, torch = {}, None
   if args.official_dir:
     if os.path.isdir(args.official_dir):
       sys.path.insert(0, os.path.abspath(args.official_dir))
     try:
-      rows |= official(args.batch, args.hidden, args.repeats)
+      theirs = official(args.batch, args.hidden)
+      import torch  # pylint: disable=g-import-not-at-top
     except ImportError as error:
       print(f"official side not timed (torch / torchcfm not importable: {error})")
   else:
     print("official side not timed (no --official_dir): ours only")
-  print(f"B = {args.batch}, D = 24, MLP width {args.hidden} x 3, {jax.default_backend()}")
-  for name, seconds in rows.items():
-    unit = ("ms / call (all conformers)" if name.startswith("energy") else
-            "ms / step (per member)")
-    print(f"  {name:48s} {1e3 * seconds:8.2f} {unit}")
+  print(timing.machine_line(torch))
+  one = next(iter(mine))
+  seconds = alternate({**{name: c for name, (c, _, _) in mine.items()},
+                       **{f"torchcfm {name}": c for name, c in theirs.items()}}, args.repeats)
+  energy_rows = energy(args.batch, args.members, args.repeats)
+  peaks = timing.machine_peaks()  # after the timed rows, in this process
+  print(f"{peaks.what}\nB = {args.batch}, D = 24, MLP width {args.hidden} x 3, "
+        f"{jax.default_backend()}; ms per step (per member), medians (min-max) over "
+        f"{args.repeats} alternating rounds")
+  print("| ours | ours ms | torchcfm (same round) | torchcfm ms | torchcfm / ours | "
+        "ours of peak |\n|---|---|---|---|---|---|")
+  for name, (_, counts, units) in mine.items():
+    ms = [1e3 * t / units for t in seconds[name]]
+    where = timing.limit_text(counts, statistics.median(seconds[name]), peaks)
+    pairs = [(f"torchcfm {n}", seconds[f"torchcfm {n}"]) for n in theirs] if name == one else []
+    for other, theirs_s in pairs or [("-", None)]:
+      row = timing.side_by_side_row(name, "", ms, [1e3 * t for t in theirs_s or []], 0.0)
+      label = "-" if theirs_s is None else f"{other} sampler + FM step"
+      print(f"| {name} | {row[2]} | {label} | {row[4]} | {row[5]} | {where} |")
+  for name, value in energy_rows.items():
+    print(f"  {name:48s} {1e3 * value:8.2f} ms / call (all conformers)")
 
 
 if __name__ == "__main__":
