@@ -23,8 +23,9 @@ own peaks measured in the same run after the timed rows ("ours of peak": the roo
 bound and the fraction of its peak reached, from XLA's counts per iteration or M-step;
 ``core.timing``). ``--devices=N`` (N > 1, CPU hosts) exposes N CPU devices, one per core,
 and adds a row of the same CondSOC solve with the pairs split over them (each pair's
-path is its own problem, so the split changes no value; ``core.distributed``): on a CPU,
-devices are how a program gets every core. At start-up the script checks
+path is its own problem, so the split changes no fitted path; ``core.distributed``): on a CPU,
+devices are how a program gets every core (the solve alone, its inputs placed once; the
+launcher end to end was not measured this way). At start-up the script checks
 that both sides compute the same things (CondSOC loss and gradient at the same noise; path
 samples, drift targets, network outputs and bridge-matching loss at the same inputs).
 

@@ -35,9 +35,10 @@ peak reached, from XLA's counts per step or pass; ``core.timing``). ``--devices=
 CPU hosts) exposes N CPU devices, one per core, and adds a row of the 10-per-call head step
 with the batch split over them, replicated parameters and an all-reduced gradient, as the
 package's train loop runs on every device (``core.distributed``): on a CPU, devices are
-how a program of small matmuls gets more than one core. ``--profile`` adds
-where the time goes on each side. Without
-``--official_dir`` only ours is timed, and the script says so.
+how a program of small matmuls gets more than one core. It times the step on a batch placed
+once; the launcher end to end is slower on two CPU devices than on one (``seeds/ocm.md``).
+``--profile`` adds where the time goes on each side. Without ``--official_dir`` only ours
+is timed, and the script says so.
 
 OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE (set on some machines for old OpenBLAS builds) slow
 a current NumPy, which the official side uses for its schedule tables and timestep draws:
