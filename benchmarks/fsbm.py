@@ -685,15 +685,10 @@ def main():
         ours.run_scan_steps, official.run_msteps if official else None,
         ours_units=1, official_units=args.msteps, per=(args.msteps, 1),
         repeats=args.repeats, cost=ours.costs["scan"])
-  # The machine's own peaks, measured now (after the timed rows), and ours against them.
-  peaks = timing.machine_peaks()
-  print(peaks.what)
 
-  print("\n| hot path | size | ours ms, median (min-max) | ours compile s | official ms, "
-        "median (min-max) | official / ours, median (min-max) | ours of peak |")
-  print("|---|---|---|---|---|---|---|")
-  for row, cost, seconds in rows:
-    print("| " + " | ".join(row) + f" | {timing.limit_text(cost, seconds, peaks)} |")
+  timing.print_limit_table(
+      ["hot path", "size", "ours ms, median (min-max)", "ours compile s",
+       "official ms, median (min-max)", "official / ours, median (min-max)"], rows)
   if official is None:
     print("(ours only: pass --official_dir for the side-by-side run)")
   if args.profile:

@@ -549,15 +549,9 @@ def main():
         "OCM covariance, DDPM", ours.sample_compile_s, ours.run_sample,
         official.run_sample if official else None, inner_sample, args.repeats,
         warmup=inner_sample, cost=ours.costs["sample"])
-  # The machine's own peaks, measured now (after the timed rows), and ours against them.
-  peaks = timing.machine_peaks()
-  print(peaks.what)
-
-  print("\n| hot path | size | ours ms, median (min-max) | ours compile s | official ms, "
-        "median (min-max) | official / ours, median (min-max) | ours of peak |")
-  print("|---|---|---|---|---|---|---|")
-  for row, cost, seconds in rows:
-    print("| " + " | ".join(row) + f" | {timing.limit_text(cost, seconds, peaks)} |")
+  timing.print_limit_table(
+      ["hot path", "size", "ours ms, median (min-max)", "ours compile s",
+       "official ms, median (min-max)", "official / ours, median (min-max)"], rows)
   if args.profile:
     profile(ours, official, args)
 

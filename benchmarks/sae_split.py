@@ -167,14 +167,8 @@ def main() -> None:
         theirs.append(1e3 * (time.perf_counter() - start) / official_iterations)
     rows.append((timing.side_by_side_row(name, "ms / iteration (2 gradients)", mine, theirs,
                                          compile_s), cost, 1e-3 * statistics.median(mine)))
-  # The machine's own peaks, measured now (after the timed rows), and ours against them.
-  peaks = timing.machine_peaks()
-  print(peaks.what)
-  header = ("ours", "what", "ours ms", "compile s", "official ms", "official / ours",
-            "ours of peak")
-  print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
-  for row, cost, seconds in rows:
-    print("| " + " | ".join(row) + f" | {timing.limit_text(cost, seconds, peaks)} |")
+  timing.print_limit_table(
+      ["ours", "what", "ours ms", "compile s", "official ms", "official / ours"], rows)
 
 
 if __name__ == "__main__":

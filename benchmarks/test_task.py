@@ -161,16 +161,11 @@ def main() -> None:
     rows.append((*timing.side_by_side_row("bootstrap", f"B={args.bootstrap}, c_e refitted",
                                           ours, ref, boot.compile_seconds, 3), f"{diff:.1e}"))
     costs[-1] = (costs[-1], statistics.median(ours))
-  # The machine's own peaks, measured now (after the timed rows). They are float32 peaks and
-  # these fits run in float64, whose matmul peak is lower: a compute fraction here is a
-  # lower bound of the fraction of the float64 limit.
-  peaks = timing.machine_peaks()
-  print(peaks.what)
-  print("| fit | what | ours s | compile s | reference s | reference / ours | max diff | "
-        "ours of peak |")
-  print("|---|---|---|---|---|---|---|---|")
-  for row, (cost, seconds) in zip(rows, costs):
-    print("| " + " | ".join(row) + f" | {timing.limit_text(cost, seconds, peaks)} |")
+  # The peaks are float32 ones and these fits run in float64, whose matmul peak is lower: a
+  # compute fraction here is a lower bound of the fraction of the float64 limit.
+  timing.print_limit_table(
+      ["fit", "what", "ours s", "compile s", "reference s", "reference / ours", "max diff"],
+      [(row, cost, seconds) for row, (cost, seconds) in zip(rows, costs)])
 
 
 if __name__ == "__main__":

@@ -300,3 +300,19 @@ def seeds_floor_text(cost: Cost, peaks: Peaks, one_seed_seconds: float, seeds: i
       line += f": the {goal:g}x goal is within this machine's compute peak"
   return line
 
+
+def print_limit_table(columns: list[str], rows: list[tuple[tuple[str, ...], Cost, float]]
+                      ) -> Peaks:
+  """Measures the machine's peaks now (call it after the timed rows, so that the peak
+  measurement's buffers do not share the caches with them) and prints a benchmark's
+  markdown table: ``columns`` and a last "ours of peak" column, one line per ``(cells,
+  cost, seconds)`` row with ours' place against the peaks (:func:`limit_text` of one unit's
+  ``cost`` at ``seconds`` per unit). Returns the peaks."""
+  peaks = machine_peaks()
+  print(peaks.what)
+  print("\n| " + " | ".join([*columns, "ours of peak"]) + " |")
+  print("|" + "---|" * (len(columns) + 1))
+  for cells, cost, seconds in rows:
+    print("| " + " | ".join([*cells, limit_text(cost, seconds, peaks)]) + " |")
+  return peaks
+

@@ -112,3 +112,14 @@ def test_cost_per_unit_divides_the_counts():
   assert timing.Cost(10.0, None, False).per(4) == timing.Cost(2.5, None, False)
   with pytest.raises(ValueError, match="units"):
     timing.Cost(1.0, 1.0, True).per(0)
+
+
+def test_print_limit_table_adds_the_peak_column(monkeypatch, capsys):
+  peaks = timing.Peaks(flops_per_s=100.0, bytes_per_s=10.0, what="toy peaks")
+  monkeypatch.setattr(timing, "machine_peaks", lambda: peaks)
+  out = timing.print_limit_table(["a", "b"], [(("x", "1"), timing.Cost(400.0, 20.0, True), 8.0)])
+  assert out is peaks
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[0] == "toy peaks"
+  assert "| a | b | ours of peak |" in lines and "|---|---|---|" in lines
+  assert lines[-1] == "| x | 1 | 50% compute |"
