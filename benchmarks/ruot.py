@@ -388,10 +388,20 @@ def report(all_seconds: dict, ours: Ours, official: Official | None) -> None:
     print(line)
 
 
-def limits(all_seconds: dict, ours: Ours, goal: float) -> None:
+def _stages_cost(ours: Ours, seeds: int) -> timing.Cost | None:
+  """XLA's counts of the notebook's stages 1-2 (its passes of each stage) for ``seeds``."""
+  costs = [ours.costs[s, seeds] for s in STAGE_PASSES]
+  if any(c.flops is None or c.bytes is None for c in costs):
+    return None
+  return timing.Cost(*(sum(p * getattr(c, field) for p, c in zip(STAGE_PASSES.values(), costs))
+                       for field in ("flops", "bytes")), True)
+
+
+def limits(all_seconds: dict, ours: Ours, goal: float, ratio_goal: float = 6.0) -> None:
   """Each of our programs against this machine's peaks, measured now (after the timings):
   its fraction of the roofline's bound (XLA's counts per pass; the host's exact OT is not
-  in them), and for N seeds the least multiple of one seed's measured time the peaks allow."""
+  in them), for N seeds the least multiple of one seed's measured time the peaks allow, and
+  (with the official side timed) what ``ratio_goal`` x the official one seed would need."""
   peaks = timing.machine_peaks()
   print(f"\n{peaks.what}")
   print("| stage | seeds | s / pass (median) | GFLOP / pass | of peak | floor at the peaks |")
@@ -411,12 +421,18 @@ def limits(all_seconds: dict, ours: Ours, goal: float) -> None:
     return
   # Stages 1-2 as the notebook runs them: the floor of N seeds' passes over one seed's time.
   one = sum(p * statistics.median(all_seconds[s]["ours x1"]) for s, p in STAGE_PASSES.items())
+  if all("official" in all_seconds[s] for s in STAGE_PASSES):
+    official = sum(p * statistics.median(all_seconds[s]["official"])
+                   for s, p in STAGE_PASSES.items())
+    one_cost = _stages_cost(ours, 1)
+    if one_cost is not None:
+      print(f"stages 1-2, one seed against the official {official:.1f} s: "
+            + timing.goal_text(one_cost, official, ratio_goal, peaks)
+            + f" (ours now {timing.limit_text(one_cost, one, peaks)})")
   for n in ours.seed_counts[1:]:
-    costs = [ours.costs[s, n] for s in STAGE_PASSES]
-    if any(c.flops is None or c.bytes is None for c in costs):
+    total = _stages_cost(ours, n)
+    if total is None:
       continue
-    total = timing.Cost(*(sum(p * getattr(c, field) for p, c in zip(STAGE_PASSES.values(), costs))
-                          for field in ("flops", "bytes")), True)
     largest = n == max(ours.seed_counts)
     line = ("stages 1-2 (the notebook's passes): "
             + timing.seeds_floor_text(total, peaks, one, n, goal if largest else None))
@@ -573,6 +589,8 @@ def main():
   parser.add_argument("--profile_repeats", type=int, default=3)
   parser.add_argument("--goal", type=float, default=3.0,
                       help="the largest N's time goal, in multiples of one seed's (issue 40: 3)")
+  parser.add_argument("--ratio_goal", type=float, default=6.0,
+                      help="one seed's official / ours goal over stages 1-2 (issue 40: 6)")
   args = parser.parse_args()
   args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
   args.stages = [s for s in args.stages.split(",") if s.strip()]
@@ -607,7 +625,7 @@ def main():
           flush=True)
   if all_seconds:
     report(all_seconds, ours, official)
-    limits(all_seconds, ours, args.goal)
+    limits(all_seconds, ours, args.goal, args.ratio_goal)
   if args.profile:
     profile(ours, official, args)
 

@@ -53,6 +53,8 @@ class Stage(NamedTuple):
     carry: ``carry(final state) -> value`` handed to the next stage.
     loop: extra ``loop`` settings of this stage (``log_every``, ``checkpoint_every``,
       ``quiet``), in optimiser steps; the config's own ``loop`` otherwise.
+    compiler_options: XLA options for this stage's compiled ``train_step``
+      (``train_loop.run``'s), or None for the backend's defaults.
   """
   name: str
   make_kernel: Callable[[Any], TrainKernel]
@@ -62,6 +64,7 @@ class Stage(NamedTuple):
   groups: tuple[str, ...] | None = None
   carry: Callable[[PyTree], Any] = _identity
   loop: Mapping[str, Any] | None = None
+  compiler_options: Mapping[str, Any] | None = None
 
 
 class StagesResult(NamedTuple):
@@ -127,7 +130,8 @@ def run_stages(stages: Sequence[Stage], config: ml_collections.ConfigDict,
     result = train_loop.run(kernel, stage.data, cfg,
                             None if workdir is None else workdir / stage.name,
                             mesh=mesh, name=f"{name}/{stage.name}",
-                            steps_per_call=int(stage.steps_per_call))
+                            steps_per_call=int(stage.steps_per_call),
+                            compiler_options=stage.compiler_options)
     state = jax.block_until_ready(result.state)
     seconds[stage.name] = time.perf_counter() - start
     states[stage.name], histories[stage.name] = state, result.history

@@ -301,18 +301,58 @@ def seeds_floor_text(cost: Cost, peaks: Peaks, one_seed_seconds: float, seeds: i
   return line
 
 
-def print_limit_table(columns: list[str], rows: list[tuple[tuple[str, ...], Cost, float]]
-                      ) -> Peaks:
+def goal_text(cost: Cost, official_seconds: float, goal: float, peaks: Peaks) -> str:
+  """What a speed-up goal asks of ours: the fraction of its roofline bound's peak at which a
+  program of ``cost`` would run in ``official_seconds / goal`` (``"10x needs 57.6%
+  memory"``). Above 100% of the compute peak the goal is out of this machine's reach at
+  these flops (every counted flop must run); above 100% of the memory peak it is said so,
+  with XLA's bytes accessed an overestimate of the traffic (not a proof). ``">= "`` when a
+  ``while_loop`` makes the count a lower bound; ``"n/a"`` without XLA's counts."""
+  if official_seconds <= 0 or goal <= 0:
+    raise ValueError(f"official_seconds and goal must be > 0; got {official_seconds}, {goal}")
+  where = roofline(cost, official_seconds / goal, peaks)
+  if where["bound"] is None:
+    return "n/a"
+  fraction, bound = where["bound_fraction"], where["bound"]
+  text = f"{goal:g}x needs {'' if cost.exact else '>= '}{100 * fraction:.3g}% {bound}"
+  if fraction > 1 and bound == "compute":
+    text += ": out of this machine's reach (flops)"
+  elif fraction > 1:
+    text += ": above the stream peak by XLA's bytes (an overestimate)"
+  return text
+
+
+class LimitRow(NamedTuple):
+  """One row of :func:`print_limit_table`: its printed ``cells``, XLA's ``cost`` of one unit
+  of ours and ours' ``seconds`` per unit; with ``official_seconds`` per unit and a ``goal``
+  (official / ours), the row also says what the goal needs (:func:`goal_text`)."""
+  cells: tuple[str, ...]
+  cost: Cost
+  seconds: float
+  official_seconds: float | None = None
+  goal: float | None = None
+
+
+def print_limit_table(columns: list[str], rows: list[tuple]) -> Peaks:
   """Measures the machine's peaks now (call it after the timed rows, so that the peak
   measurement's buffers do not share the caches with them) and prints a benchmark's
-  markdown table: ``columns`` and a last "ours of peak" column, one line per ``(cells,
-  cost, seconds)`` row with ours' place against the peaks (:func:`limit_text` of one unit's
-  ``cost`` at ``seconds`` per unit). Returns the peaks."""
+  markdown table: ``columns`` and an "ours of peak" column, one line per row
+  (:class:`LimitRow` or a plain ``(cells, cost, seconds[, official_seconds, goal])``
+  tuple) with ours' place against the peaks (:func:`limit_text` of one unit's ``cost`` at
+  ``seconds`` per unit), and, when any row has a goal, a "goal needs" column
+  (:func:`goal_text`). Returns the peaks."""
+  rows = [LimitRow(*row) for row in rows]
+  with_goals = any(r.goal is not None and r.official_seconds for r in rows)
   peaks = machine_peaks()
   print(peaks.what)
-  print("\n| " + " | ".join([*columns, "ours of peak"]) + " |")
-  print("|" + "---|" * (len(columns) + 1))
-  for cells, cost, seconds in rows:
-    print("| " + " | ".join([*cells, limit_text(cost, seconds, peaks)]) + " |")
+  heads = [*columns, "ours of peak"] + (["goal needs"] if with_goals else [])
+  print("\n| " + " | ".join(heads) + " |")
+  print("|" + "---|" * len(heads))
+  for row in rows:
+    cells = [*row.cells, limit_text(row.cost, row.seconds, peaks)]
+    if with_goals:
+      cells.append(goal_text(row.cost, row.official_seconds, row.goal, peaks)
+                   if row.goal is not None and row.official_seconds else "-")
+    print("| " + " | ".join(cells) + " |")
   return peaks
 

@@ -25,7 +25,7 @@ import os
 import pathlib
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import jax
@@ -92,6 +92,7 @@ def run(
     mesh: jax.sharding.Mesh | None = None,
     name: str = "train",
     steps_per_call: int = 1,
+    compiler_options: Mapping[str, Any] | None = None,
 ) -> TrainResult:
   """Trains ``kernel`` for ``config.loop.num_steps`` optimiser steps (resuming when possible).
 
@@ -110,6 +111,9 @@ def run(
       ``blocks.scan_steps``); ``loop.num_steps`` must be a multiple of it. Progress,
       metrics rows and checkpoints are numbered in optimiser steps; a log or checkpoint
       falls on the first call that reaches a multiple of its interval.
+    compiler_options: XLA options for the compiled ``train_step`` alone (``jax.jit``'s
+      ``compiler_options``; e.g. :func:`jaxlib_papers.core.compiler.cpu_threaded_dots`),
+      or None for the backend's defaults.
 
   Returns:
     A :class:`TrainResult`.
@@ -170,7 +174,8 @@ def run(
       kernel.train_step,
       in_shardings=(replicated, batch_sharding),
       out_shardings=(replicated, replicated),
-      donate_argnums=(0,))
+      donate_argnums=(0,),
+      compiler_options=None if compiler_options is None else dict(compiler_options))
 
   # A resumed run's history starts with the rows the interrupted runs wrote (the file is
   # cut back to the checkpoint by the writer), so results built from it do not depend on

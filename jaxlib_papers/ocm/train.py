@@ -20,8 +20,8 @@ import ml_collections
 import numpy as np
 import optax
 
+from jaxlib_papers.core import compiler, contract, results, stages
 from jaxlib_papers.core import config as config_lib
-from jaxlib_papers.core import contract, results, stages
 from jaxlib_papers.ocm import data as data_lib
 from jaxlib_papers.ocm import diffusion, evaluate, gmm, kernel, models
 from jaxlib_papers.ocm.configs import default as default_config
@@ -254,13 +254,14 @@ def train(config: ml_collections.ConfigDict, workdir: pathlib.Path | None, parts
   staged = config.copy_and_resolve_references()
   with staged.unlocked():  # a launcher's config (config_flags) comes locked
     staged.dsm_steps = settings.dsm_stage.num_steps
+  options = compiler.named(config.get("compiler_options", "default"))
   program = (
       _stage("dsm", lambda _: dsm_kernel,
              settings.dsm_stage._replace(num_steps=0 if backbone is not None
                                          else settings.dsm_stage.num_steps),
-             parts["make_source"], groups=DSM_GROUPS),
+             parts["make_source"], groups=DSM_GROUPS, compiler_options=options),
       _stage("heads", head_kernel, settings.head_stage, parts["make_source"],
-             groups=HEAD_GROUPS, loop=config.head_loop.to_dict()),
+             groups=HEAD_GROUPS, loop=config.head_loop.to_dict(), compiler_options=options),
   )
   initial = backbone
   if initial is None and not settings.dsm_stage.num_steps:

@@ -123,3 +123,32 @@ def test_print_limit_table_adds_the_peak_column(monkeypatch, capsys):
   assert lines[0] == "toy peaks"
   assert "| a | b | ours of peak |" in lines and "|---|---|---|" in lines
   assert lines[-1] == "| x | 1 | 50% compute |"
+
+
+def test_goal_text_is_the_fraction_of_peak_the_goal_asks_for():
+  peaks = timing.Peaks(flops_per_s=100.0, bytes_per_s=10.0, what="toy")
+  compute = timing.Cost(400.0, 20.0, True)  # 20 flops / byte > 10: compute-bound
+  # official 40 s, goal 10x: ours in 4 s, 400 flops in 4 s = 100 flop/s, the peak itself
+  assert timing.goal_text(compute, 40.0, 10.0, peaks) == "10x needs 100% compute"
+  assert timing.goal_text(compute, 80.0, 10.0, peaks) == "10x needs 50% compute"
+  over = timing.goal_text(compute, 20.0, 10.0, peaks)
+  assert over.startswith("10x needs 200% compute") and "out of this machine's reach" in over
+  memory = timing.Cost(40.0, 20.0, False)  # 2 flops / byte < 10: memory-bound, lower bound
+  # official 20 s, goal 4x: 20 bytes in 5 s = 4 bytes/s, 40% of the stream peak
+  assert timing.goal_text(memory, 20.0, 4.0, peaks) == "4x needs >= 40% memory"
+  assert "overestimate" in timing.goal_text(memory, 2.0, 4.0, peaks)
+  assert timing.goal_text(timing.Cost(None, None, True), 1.0, 2.0, peaks) == "n/a"
+  with pytest.raises(ValueError, match="goal"):
+    timing.goal_text(compute, 1.0, 0.0, peaks)
+
+
+def test_print_limit_table_adds_a_goal_column_when_a_row_has_a_goal(monkeypatch, capsys):
+  peaks = timing.Peaks(flops_per_s=100.0, bytes_per_s=10.0, what="toy peaks")
+  monkeypatch.setattr(timing, "machine_peaks", lambda: peaks)
+  cost = timing.Cost(400.0, 20.0, True)
+  timing.print_limit_table(["a"], [(("x",), cost, 8.0, 80.0, 10.0),
+                                   timing.LimitRow(("y",), cost, 8.0)])
+  lines = capsys.readouterr().out.splitlines()
+  assert "| a | ours of peak | goal needs |" in lines
+  assert lines[-2] == "| x | 50% compute | 10x needs 50% compute |"
+  assert lines[-1] == "| y | 50% compute | - |"

@@ -10,7 +10,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxlib_papers.core import distributed, train_loop, writers
+from jaxlib_papers.core import compiler, distributed, train_loop, writers
 
 
 class State(NamedTuple):
@@ -218,3 +218,13 @@ def test_an_incomplete_step_folder_is_skipped_and_left_on_disk(tmp_path, capsys)
                           tmp_path)
   assert longer.resumed_from == 8
   assert "skipping" in capsys.readouterr().out and empty.exists()
+
+
+def test_train_loop_with_compiler_options_trains_the_same():
+  kernel, data, config = make_kernel(), make_data(), make_config()
+  mesh = distributed.make_mesh(devices=jax.devices()[:1])
+  plain = train_loop.run(kernel, data, config, None, mesh=mesh)
+  tuned = train_loop.run(kernel, data, config, None, mesh=mesh,
+                         compiler_options=compiler.cpu_threaded_dots())
+  assert_trees_close(jax.device_get(plain.state.params), jax.device_get(tuned.state.params),
+                     atol=1e-5)

@@ -72,6 +72,11 @@ _BASE = dict(
     # its 16 claims, at 16,000 15 (seed 0), at 32,000 15 (seeds/ocm.md, "DSM budget").
     loop=dict(num_steps=16000, log_every=4000, checkpoint_every=8000, quiet=False),
     head_loop=dict(num_steps=2000, log_every=500, checkpoint_every=1000, quiet=False),
+    # XLA options of the two compiled train steps (core.compiler.named): on XLA:CPU
+    # "cpu_threaded_dots" runs their small matmuls on every core (Eigen's dot, not
+    # YNNPACK's one-thread dot): DSM and head steps ~1.5x faster on 2 cores, the same
+    # function (seeds/ocm.md); no effect off CPU. "default": the backend's own.
+    compiler_options="cpu_threaded_dots",
 )
 
 _OVERRIDES = {
@@ -123,6 +128,7 @@ def _optim(group: str) -> dict[str, C.Constraint]:
 # launcher (after command-line overrides), before anything compiles.
 CONSTRAINTS = {
     "seed": C.at_least(0),
+    "compiler_options": C.one_of("default", "cpu_threaded_dots"),
     "data.name": C.one_of("ring2d", "gmm", "gmm16", "cifar10", "digits"),
     "data.path": C.existing_file(),
     "data.num_modes": C.at_least(1), "data.std": C.positive(), "data.dim": C.at_least(1),
