@@ -74,8 +74,9 @@ _BASE = dict(
     head_loop=dict(num_steps=2000, log_every=500, checkpoint_every=1000, quiet=False),
     # XLA options of the two compiled train steps (core.compiler.named): on XLA:CPU
     # "cpu_threaded_dots" runs their small matmuls on every core (Eigen's dot, not
-    # YNNPACK's one-thread dot): DSM and head steps ~1.5x faster on 2 cores, the same
-    # function (seeds/ocm.md); no effect off CPU. "default": the backend's own.
+    # YNNPACK's one-thread dot): the MLP's DSM and head steps ~1.5x faster on 2 cores, the
+    # same function (seeds/ocm.md); no effect off CPU. "default": the backend's own, which
+    # the UNet presets keep (full, and configs/digits.py: its DSM step was no faster).
     compiler_options="cpu_threaded_dots",
 )
 
@@ -93,6 +94,7 @@ _OVERRIDES = {
     },
     "cpu": {},
     "full": {
+        "compiler_options": "default",
         "data.name": "cifar10",
         "schedule.kind": "cosine",
         "model.kind": "unet", "model.base_channels": 128, "model.channel_mults": (1, 2, 2, 2),
