@@ -99,8 +99,8 @@ class Ours:
     # The train steps compile as the package's train loop compiles them (the config's
     # compiler_options: XLA:CPU's threaded dots); the sampler with XLA's defaults, as
     # ocm.evaluate runs it.
-    options = compiler.named(args.compiler_options)
-    step_jit = lambda fn: jax.jit(fn, compiler_options=options)
+    self.options = compiler.named(args.compiler_options)
+    step_jit = lambda fn: jax.jit(fn, compiler_options=self.options)
     self.step, self.step_compile_s, *_ = timing.compile_and_time(
         step_jit(self.heads.train_step), self.state, self.x0, repeats=0)
     # The scan of 10 steps per call that core.train_loop runs (heads.steps_per_call).
@@ -540,7 +540,7 @@ def main():
     print("no --official_dir: timing ours only (no official column, no ratio); ", end="")
   print(timing.machine_line(official.torch if official else None)
         + f"; ours' train steps compiled with compiler_options={args.compiler_options!r} "
-        f"({compiler.named(args.compiler_options)})", flush=True)
+        f"({ours.options})", flush=True)
 
   size = (f"MLP {args.width} x {args.depth}, head 2 x {args.head_hidden}, "
           f"D={args.dim}")
