@@ -58,6 +58,16 @@ def test_claims_hold_and_miss():
   assert "0.930 ± 0.010" in bad[0].ours
 
 
+def test_cpu_programs_scale_the_encoder_with_d_as_the_paper():
+  # The paper's encoder is [10d, 50d x 4, 10d]: its widths double from d = 5 to d = 10.
+  runs = reproduce.programs("cpu")
+  d5, d10 = runs["sup_d5"], runs["sup_d10"]
+  assert (d5.dgp.dim, d10.dgp.dim) == (5, 10)
+  assert tuple(d10.model.hidden) == tuple(2 * w for w in d5.model.hidden)
+  assert d10.loop.num_steps == 2 * d5.loop.num_steps == runs["diet_d5"].loop.num_steps
+  assert runs["sup_c10"].model.hidden == d5.model.hidden
+
+
 def test_smoke_check_end_to_end(tmp_path):
   # Through the command line on one CPU device, as a user runs it: in this process (8 fake
   # CPU devices on 2 cores) the sharded vMF train step deadlocked XLA:CPU in
