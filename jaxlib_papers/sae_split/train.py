@@ -30,6 +30,8 @@ class RunSettings(NamedTuple):
   seed: int
   sets: tuple[str, ...]
   generated_size: int
+  generated_iterations: int  # solver iterations on a generated set (0: solver's)
+  generated_seeds: int       # solver seeds on a generated set (0: num_seeds)
   edges: np.ndarray          # [K0 + 1] user edges
   weights: np.ndarray        # [K0]
   test_size: float
@@ -67,7 +69,9 @@ def settings_from_config(config) -> RunSettings:
                                                             int(s.iterations)),
                 init=str(s.init), feasibility=float(s.feasibility))
   return RunSettings(int(config.seed), tuple(config.data.sets),
-                     int(config.data.generated_size), edges, weights,
+                     int(config.data.generated_size),
+                     int(config.data.generated_iterations),
+                     int(config.data.generated_seeds), edges, weights,
                      float(config.target.test_size), float(config.target.sigma),
                      int(s.num_seeds), int(s.neighbours), solver, float(s.lam),
                      int(config.baselines.random_seeds),
@@ -206,12 +210,16 @@ def run_set(dataset: data_lib.AffinityData, settings: RunSettings, log=print) ->
     readouts["scaffold"] = evaluate.max_similarity_to_train(dataset.fingerprints,
                                                             test).tolist()
   start = time.perf_counter()
-  solver = kernel.Settings(lam=lam, **settings.solver)
+  fields, num_seeds = dict(settings.solver), settings.num_seeds
+  if dataset.source.startswith("generated"):
+    fields["iterations"] = settings.generated_iterations or fields["iterations"]
+    num_seeds = settings.generated_seeds or num_seeds
+  solver = kernel.Settings(lam=lam, **fields)
   result = splitter.optimise_split(
       dataset.fingerprints, target=kernel.make_target(settings.edges, settings.weights,
                                                       settings.sigma),
       test_size=settings.test_size, settings=solver,
-      seed=splitter.label_seed(settings.seed, dataset.name), num_seeds=settings.num_seeds,
+      seed=splitter.label_seed(settings.seed, dataset.name), num_seeds=num_seeds,
       neighbours=settings.neighbours)
   seconds = time.perf_counter() - start
   log(f"{dataset.name}: SAE {result.counts} (score {result.score:.4f}, sum W "

@@ -122,3 +122,38 @@ def test_config_with_bad_target_fails_before_reading_data():
   config.target.weights = (0.2, 0.2, 0.2)
   with pytest.raises(ValueError, match="config.target.weights .* sum to 1"):
     train.run(config)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_generated_stand_in_has_egfr_similarity_profile(seed):
+  # EGFR (measured): 1.4% of molecules have no neighbour at Tanimoto >= 1/3, 9.8% fewer than
+  # 10; a random split's test set holds 1.9 / 11 / 87% in the bins [0, 1/3, 2/3, 1].
+  d = data.generated(2000, seed=seed)
+  s = np.asarray(kernel.tanimoto(d.fingerprints, d.fingerprints), np.float64)
+  np.fill_diagonal(s, 0.0)
+  kth = -np.sort(-s, axis=1)[:, :10]
+  assert 0.005 <= np.mean(kth[:, 0] < 1 / 3) <= 0.03
+  assert 0.06 <= np.mean(kth[:, 9] < 1 / 3) <= 0.16
+  test = evaluate.random_split(2000, 0.2, seed)
+  counts = evaluate.counts(evaluate.max_similarity_to_train(d.fingerprints, test),
+                           np.array([0.0, 1 / 3, 2 / 3, 1.0]))
+  low, _, top = counts / counts.sum()
+  assert low <= 0.04 and 0.83 <= top <= 0.95
+
+
+def test_generated_sets_get_their_own_solver_budget(monkeypatch):
+  config = default.get_config("smoke")
+  config.data.generated_iterations, config.data.generated_seeds = 300, 3
+  settings = train.settings_from_config(config)
+  seen = []
+
+  def stop(fingerprints, *, settings, num_seeds, **_):
+    seen.append((settings.iterations, num_seeds))
+    raise RuntimeError("stop")
+
+  monkeypatch.setattr(splitter, "optimise_split", stop)
+  d = data.generated(60, seed=1, num_families=8, num_bits=256)
+  for source in (d.source, "shared: sae_split/IC50_EGFR.csv"):
+    with pytest.raises(RuntimeError, match="stop"):
+      train.run_set(d._replace(source=source), settings, log=lambda _: None)
+  assert seen == [(300, 3), (config.solver.iterations, config.solver.num_seeds)]
