@@ -115,8 +115,8 @@ def _trend_claims(results: dict[str, Any]) -> list[Claim]:
         claim="trend d: R^2(z) falls from d=5 to d=10 and stays >= 0.85 at d=10",
         paper=PAPER_T3, ours=f"d=5 {_ms(d5, 'r2_z')}, d=10 {_ms(d10, 'r2_z')}",
         holds=bool(d10["r2_z"] < d5["r2_z"] and d10["r2_z"] >= 0.85),
-        why="budget (cat. 2): 4000 steps of the paper's 50,000; seeds 0-2 gave 0.868 / "
-            "0.851 / 0.862 at this size, 0.74 with the d=5 encoder (seeds/identifiability.md)"))
+        why="budget (cat. 2): 4000 steps of the paper's 50,000; check seeds 0-2 gave 0.870 / "
+            "0.853 / 0.863 at this size, 0.74 with the d=5 encoder (seeds/identifiability.md)"))
   if "sup_c10" in results:
     c10 = _entry(results["sup_c10"])
     claims.append(Claim(
