@@ -105,6 +105,14 @@ def _remote_clusters(rng: np.random.Generator, members: np.ndarray) -> list[np.n
   return [members[a:b] for a, b in zip(np.r_[0, ends], ends) if a < len(members)]
 
 
+def _analogues(rng: np.random.Generator, prototypes: np.ndarray, keep: float) -> np.ndarray:
+  """Molecules around ``prototypes`` [n, B]: each keeps a bit with probability ``keep`` and
+  sets ~4 random others."""
+  shape = prototypes.shape
+  kept = prototypes & (rng.uniform(size=shape) < keep)
+  return kept | (rng.uniform(size=shape) < 4.0 / shape[1])
+
+
 def generated(num: int, seed: int = 0, num_families: int | None = None,
               num_bits: int = NUM_BITS, name: str = "generated") -> AffinityData:
   """A stand-in with EGFR's cluster structure: series within families, remote clusters.
@@ -133,16 +141,15 @@ def generated(num: int, seed: int = 0, num_families: int | None = None,
   for k in range(num_series):
     series_bits[k, rng.choice(pool, size=min(10, len(pool)), replace=False)] = True
   series = _zipf_choice(rng, num_series, num)
-  bits = ((series_bits[series] & (rng.uniform(size=(num, num_bits)) < 0.85))
-          | (rng.uniform(size=(num, num_bits)) < 4.0 / num_bits))
+  bits = _analogues(rng, series_bits[series], 0.85)
   base = (rng.normal(6.5, 1.0, num_families)[series_family[series]]
           + rng.normal(0, 0.5, num_series)[series])
   remote = np.flatnonzero(rng.uniform(size=num) < REMOTE_FRACTION)
   for members in _remote_clusters(rng, remote):
     prototype = np.zeros(num_bits, bool)
     prototype[rng.choice(pool, size=size, replace=False)] = True
-    bits[members] = ((prototype & (rng.uniform(size=(len(members), num_bits)) < 0.93))
-                     | (rng.uniform(size=(len(members), num_bits)) < 4.0 / num_bits))
+    bits[members] = _analogues(rng, np.broadcast_to(prototype, (len(members), num_bits)),
+                               0.93)
     base[members] = rng.normal(6.5, 1.0)
   effect = np.where(rng.uniform(size=num_bits) < 0.05, rng.normal(0, 0.4, num_bits), 0.0)
   labels = base + bits @ effect + rng.normal(0, 0.3, num)
