@@ -204,6 +204,68 @@ def test_all_pairs_at_tau_zero_skip_the_feedback_terms_with_the_same_result():
   assert float(aux["feedback"]) == 0.0 and float(loss) == float(aux["control"])
 
 
+def _pinned_optimum(t, num_knots, x0, x1, f):
+  """Closed-form mean knots minimising sum_s |mu'(t_s) - f_s|^2 over piecewise-linear
+  means with mu(0) = x0, mu(1) = x1: on segment j (n_j grid times, width h) the slope is
+  v_j = fbar_j + lam / n_j, lam fixed by sum_j h v_j = x1 - x0."""
+  seg = np.clip(np.floor(t * (num_knots - 1)), 0, num_knots - 2).astype(int)
+  counts = np.bincount(seg, minlength=num_knots - 1).astype(float)
+  fbar = np.stack([f[seg == j].mean(axis=0) for j in range(num_knots - 1)])
+  h = 1.0 / (num_knots - 1)
+  lam = ((x1 - x0) / h - fbar.sum(axis=0)) / np.sum(1.0 / counts)
+  slopes = fbar + lam[None] / counts[:, None]
+  return x0[None] + h * np.concatenate([np.zeros((1, x0.size)), np.cumsum(slopes, 0)])
+
+
+@pytest.mark.parametrize("profile", ["constant", "time-varying"])
+def test_a_drift_that_does_not_depend_on_x_moves_the_pinned_mean_only_by_its_profile(
+    profile):
+  """The pinned-bridge closed form behind seeds/fsbm.md's opinion reading: with a base
+  drift f(t) that does not depend on x, and antithetic noise (the cross term of
+  |mu' - f + a gamma eps|^2 cancels), the objective's mean part is sum_s |mu' - f|^2 /
+  (2 sigma^2), so the exact minimiser (:func:`_pinned_optimum`) has zero gradient in the
+  mean knots. Here every spline segment holds as many grid times (asserted), so the
+  drift-free optimum is the straight line and a constant f leaves it there; a
+  time-varying f bends it, and the straight line is then not optimal."""
+  with precision.enable_x64():
+    settings = kernel.CondSOCSettings(
+        sigma=0.5, num_mean_knots=6, num_gamma_knots=5, num_steps=50, num_noise=4,
+        lr_mean=0.03, lr_gamma=0.02, num_iters=1, micro_batch=1)
+    t = np.asarray(kernel.time_grid(settings, jnp.float64))
+    x0, x1 = np.array([0.4, -1.2]), np.array([2.5, 3.0])
+    amp = np.array([6.0, -4.0])
+    f_of = {"constant": lambda tt: amp * np.ones_like(tt)[..., None],
+            "time-varying": lambda tt: amp * (1.0 / (1.0 + np.exp(12.0 * (tt - 0.6))))[
+                ..., None]}[profile]
+    base_drift = lambda tt, x: jnp.broadcast_to(jnp.asarray(f_of(np.asarray(tt))), x.shape)
+    guide = kernel.Guidance(jnp.zeros((1, 50, 2)), jnp.ones((50, 2)), base_drift=base_drift)
+    problem = kernel.CondSOCProblem(settings.sigma, jnp.asarray(t), guide)
+    eps = np.random.default_rng(0).normal(size=(2, 50, 2))
+    noise = jnp.asarray(np.concatenate([eps, -eps]))
+    gamma = jnp.asarray(np.random.default_rng(1).normal(0.0, 0.3, 5))
+
+    def mean_grad(knots):
+      params = gpath.PathParams(jnp.asarray(knots[1:-1]), gamma)
+      loss = lambda p: kernel.condsoc_pair_loss(
+          p, jnp.asarray(x0), jnp.asarray(x1), noise, problem,
+          kernel.PairWeights(sign=1.0, tau=0.0, state_weight=0.0),
+          kernel.LossTerms(with_feedback=False, with_state=False))[0]
+      return np.asarray(jax.grad(loss)(params).mean_knots)
+
+    optimum = _pinned_optimum(t, 6, x0, x1, f_of(t))
+    np.testing.assert_allclose(optimum[-1], x1, rtol=1e-12)
+    assert np.abs(mean_grad(optimum)).max() < 1e-9
+    straight = np.asarray(gpath.linear_mean_path(jnp.asarray(x0), jnp.asarray(x1), 6))
+    assert np.all(np.bincount(np.floor(t * 5).astype(int)) == 10)
+    drift_free = _pinned_optimum(t, 6, x0, x1, np.zeros((50, 2)))
+    np.testing.assert_allclose(drift_free, straight, atol=1e-12)
+    bend = np.abs(optimum - drift_free).max()
+    if profile == "constant":
+      assert bend < 1e-12          # the pinned bridge absorbs a constant drift
+    else:
+      assert bend > 0.1 and np.abs(mean_grad(straight)).max() > 1e-2
+
+
 def test_bad_inputs_raise():
   with pytest.raises(ValueError, match="keypoints"):
     feedback.keypoint_inv_std(jnp.zeros((1, 5, 2)))
