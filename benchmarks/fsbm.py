@@ -280,6 +280,19 @@ class Ours:
     self.solve_fn = solve
     self.solve, self.solve_compile_s, *_ = timing.compile_and_time(
         solve, self.mean_path, self.key, repeats=0)
+    self.chunked = None
+    if args.pair_chunk:  # the same solve, its gradient over chunks of pairs (csoc.pair_chunk)
+      chunk_settings = self.settings._replace(pair_chunk=args.pair_chunk)
+
+      def chunked_solve(mean_path, key):
+        return kernel.condsoc_solve(
+            mean_path[:, 0], mean_path[:, -1], mean_path, key, settings=chunk_settings,
+            guide=kernel.Guidance(self.keypoints, self.inv_std),
+            weights=kernel.PairWeights(sign=1.0, tau=sizes["tau"]))
+      compiled = timing.compile_and_time(chunked_solve, self.mean_path, self.key, repeats=0)
+      self.chunked = {"solve": compiled.compiled, "compile_s": compiled.compile_seconds,
+                      "cost": timing.program_cost(chunked_solve, self.mean_path, self.key,
+                                                  compiled=compiled.compiled).per(args.iters)}
     self.sharded = None
     if args.devices > 1:  # the same solve, the pairs split over the CPU devices
       mesh = distributed.make_mesh()
@@ -350,6 +363,11 @@ class Ours:
   def run_solve(self, n: int) -> None:
     for _ in range(n):
       out = self.solve(self.mean_path, self.key)
+    jax.block_until_ready(out)
+
+  def run_chunked_solve(self, n: int) -> None:
+    for _ in range(n):
+      out = self.chunked["solve"](self.mean_path, self.key)
     jax.block_until_ready(out)
 
   def run_sharded_solve(self, n: int) -> None:
@@ -631,6 +649,9 @@ def main():
   parser.add_argument("--devices", type=int, default=1,
                       help="CPU devices to expose (one per core: 2 here); > 1 adds a row of "
                            "the CondSOC solve with the pairs split over them")
+  parser.add_argument("--pair_chunk", type=int, default=256,
+                      help="> 0 adds a row of the CondSOC solve with its gradient over chunks "
+                           "of this many pairs (csoc.pair_chunk; 0: no such row)")
   parser.add_argument("--xla_flags", choices=("reproduce", "default"), default="reproduce",
                       help="ours with the XLA flags the reproduction registers for the "
                            "S-tunnel part (today: no YNN reduction fusions), or XLA's defaults")
@@ -674,6 +695,14 @@ def main():
         ours.solve_compile_s, ours.run_solve, official.run_fit if official else None,
         ours_units=1, official_units=1, per=(args.iters, args.iters), repeats=args.repeats,
         cost=ours.costs["solve"])
+  if ours.chunked is not None:
+    bench(rows, f"CondSOC iteration ({args.iters} per call), gradient over chunks of "
+          f"{args.pair_chunk} pairs (csoc.pair_chunk)",
+          f"mB={s['pairs']} pairs, S={s['num_steps']}, N={s['num_noise']}, "
+          f"T_mean={s['num_mean_knots']}, T_gamma={s['num_gamma_knots']}, tau={s['tau']:g}",
+          ours.chunked["compile_s"], ours.run_chunked_solve,
+          official.run_fit if official else None, ours_units=1, official_units=1,
+          per=(args.iters, args.iters), repeats=args.repeats, cost=ours.chunked["cost"])
   if ours.sharded is not None:
     bench(rows, f"CondSOC iteration ({args.iters} per call), pairs over {args.devices} CPU "
           "devices", f"mB={s['pairs']} pairs, S={s['num_steps']}, N={s['num_noise']}, "

@@ -95,6 +95,13 @@ class CondSOCSettings(NamedTuple):
   # or is not finite, is sent back to that best iterate and retakes its gradient with
   # half its step (backtracking); 0 turns the safeguard off.
   safe_ratio: float = 0.0
+  # Pairs per chunk of the gradient (ours, a speed setting): > 0 computes each
+  # iteration's gradient over B / pair_chunk strided chunks of pairs, one after another
+  # (``lax.map``), so a chunk's [chunk, N, S, D] arrays stay in cache on a CPU; every
+  # pair's gradient is the same (pairs are independent problems). 0 = all B at once.
+  # Ignored when B is not a multiple, or with an interaction or entropy cost (they
+  # couple the pairs).
+  pair_chunk: int = 0
 
 
 def time_grid(settings: CondSOCSettings, dtype=jnp.float32) -> jax.Array:
@@ -402,6 +409,37 @@ def _safe_update(solve: _Solve, p, s, last, grads, losses):
           jnp.mean(jnp.where(accept, losses, loss_best)), jnp.sum(~accept).astype(jnp.int32))
 
 
+def _num_chunks(solve: _Solve, terms: LossTerms) -> int:
+  """How many pair chunks the gradient is computed in (1: all pairs at once)."""
+  chunk, num_pairs = solve.settings.pair_chunk, solve.noise_shape[0]
+  coupled = terms.with_state and (solve.problem.guide.interaction_cost is not None
+                                  or bool(solve.problem.guide.entropy_scale))
+  if chunk <= 0 or chunk >= num_pairs or num_pairs % chunk or coupled:
+    return 1
+  return num_pairs // chunk
+
+
+def _chunked_gradient(solve: _Solve, terms: LossTerms, p, noise, num_chunks: int):
+  """(grads, [B] losses) of :func:`_objective`, over ``num_chunks`` strided chunks of
+  pairs (chunk i: pairs i, i + c, i + 2c, ...) in a ``lax.map``. Strided, so that pairs
+  sharded over devices in contiguous blocks keep every chunk spread over all devices."""
+  num_pairs = noise.shape[0]
+  split = lambda a: jnp.swapaxes(a.reshape((num_pairs // num_chunks, num_chunks) + a.shape[1:]),
+                                 0, 1)
+  merge = lambda a: jnp.swapaxes(a, 0, 1).reshape((num_pairs,) + a.shape[2:])
+  w = solve.weights
+
+  def one(args):
+    pc, nc, x0, x1, tau, weight = args
+    sub = solve._replace(x0=x0, x1=x1, weights=PairWeights(w.sign, tau, weight),
+                         noise_shape=nc.shape)
+    return jax.grad(_objective, has_aux=True)(pc, nc, sub, terms)
+
+  grads, losses = jax.lax.map(one, jax.tree.map(
+      split, (p, noise, solve.x0, solve.x1, w.tau, w.state_weight)))
+  return jax.tree.map(merge, grads), merge(losses)
+
+
 def _solve_step(solve: _Solve, terms: LossTerms, carry, it):
   """One CondSOC iteration over all pairs (a ``lax.scan`` body)."""
   # Iteration it's noise arrives in the carry and the next one's is drawn here: drawn
@@ -409,8 +447,12 @@ def _solve_step(solve: _Solve, terms: LossTerms, carry, it):
   # its consumers and recomputes it. The draws are the same: fold_in(key, it).
   p, s, last, noise = carry
   next_noise = _noise_at(solve, it + 1)
-  grads, losses = jax.grad(_objective, has_aux=True)(p, noise, solve, terms,
-                                                     _partners_at(solve, terms, it))
+  num_chunks = _num_chunks(solve, terms)
+  if num_chunks > 1:
+    grads, losses = _chunked_gradient(solve, terms, p, noise, num_chunks)
+  else:
+    grads, losses = jax.grad(_objective, has_aux=True)(p, noise, solve, terms,
+                                                       _partners_at(solve, terms, it))
   grads = gpath.pin_std_ends(grads)
   if not solve.settings.safe_ratio > 0:
     updates, s = solve.tx.update(grads, s, p)

@@ -75,7 +75,8 @@ def settings_from_config(config) -> kernel_lib.FSBMSettings:
       num_gamma_knots=int(c.T_gamma), num_steps=int(c.S), num_noise=int(c.N),
       lr_mean=float(c.lr_mean), lr_gamma=float(c.lr_gamma),
       num_iters=int(c.num_iters), micro_batch=int(c.mB),
-      momentum=float(c.momentum), safe_ratio=float(c.safe_ratio))
+      momentum=float(c.momentum), safe_ratio=float(c.safe_ratio),
+      pair_chunk=int(c.pair_chunk))
   return kernel_lib.FSBMSettings(
       dim=int(config.dim), csoc=csoc, match_steps=int(config.match.steps),
       match_batch=int(config.match.batch_size), lr=float(config.match.lr),

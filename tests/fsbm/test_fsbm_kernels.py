@@ -172,6 +172,39 @@ def test_condsoc_sharded_equals_single_device(costs):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("sharded", [False, True])
+def test_pair_chunks_give_every_pair_the_same_solve(sharded):
+  """``pair_chunk``: the gradient over strided chunks of pairs, one after another, gives
+  every pair the solve it gets with all pairs at once (on one device and with the pairs
+  sharded over 8); with a cost that couples the pairs the setting is ignored."""
+  settings, kp, inv_std, x0, x1, mp = _small_problem()
+  chunked = settings._replace(pair_chunk=4)
+  key = jax.random.key(5)
+  tau = jnp.linspace(0.0, 20.0, 16)   # per-pair weights follow their pairs into the chunks
+  solve = lambda st: jax.jit(lambda a, b, m: _csolve(
+      a, b, m, key, settings=st, sign=-1.0, tau=tau, keypoints=kp, inv_std=inv_std))
+  p_all, l_all = solve(settings)(x0, x1, mp)
+  args = (x0, x1, mp)
+  if sharded:
+    shard = distributed.data_sharding(distributed.make_mesh())
+    args = tuple(jax.device_put(a, shard) for a in args)
+  p_chunk, l_chunk = solve(chunked)(*args)
+  np.testing.assert_allclose(l_all, l_chunk, rtol=1e-5)
+  assert float(l_all[-1]) < float(l_all[0])
+  for a, b in zip(jax.tree.leaves(p_all), jax.tree.leaves(p_chunk)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+  # Not chunked: all pairs at once when the pairs are coupled, or B is not a multiple.
+  guide = kernel.Guidance(kp, inv_std, interaction_cost=lambda a, b: tasks.congestion(a, b))
+  noise_shape = (16, settings.num_noise, settings.num_steps, 2)
+  as_solve = lambda st, g, b=16: kernel._Solve(
+      st, kernel.CondSOCProblem(1.0, kernel.time_grid(st), g), x0, x1,
+      kernel.PairWeights(1.0, tau, tau), None, key, (b,) + noise_shape[1:])
+  assert kernel._num_chunks(as_solve(chunked, guide._replace(interaction_cost=None)),
+                            kernel.LossTerms()) == 4
+  assert kernel._num_chunks(as_solve(chunked, guide), kernel.LossTerms()) == 1
+  assert kernel._num_chunks(as_solve(chunked, guide, 18), kernel.LossTerms()) == 1
+
+
 def test_tau_zero_has_no_feedback_term():
   """tau = 0 gives the pure control objective (the unguided baseline)."""
   settings, kp, inv_std, x0, x1, mp = _small_problem(num_pairs=2)

@@ -77,6 +77,10 @@ BASE = {
         # V-neck uses 4: no official V-neck round-0 step is rejected, and generated V-neck
         # keypoints diverge without it. At ratio 2 the S-tunnel smoke test failed.
         "safe_ratio": 0.0,
+        # Speed (ours, kernel.CondSOCSettings): > 0 computes each CondSOC gradient over
+        # chunks of this many pairs, one after another, so that on a CPU a chunk's arrays
+        # stay in cache; 0 = all pairs at once. Each pair's problem is unchanged.
+        "pair_chunk": 0,
     },
     "match": {"steps": 1500, "batch_size": 64, "lr": 1e-3, "weight_decay": 0.0,
               "ema_decay": 0.999},
@@ -122,6 +126,7 @@ CONSTRAINTS = {
     "csoc.N": C.at_least(1), "csoc.lr_mean": C.positive(), "csoc.lr_gamma": C.positive(),
     "csoc.num_iters": C.at_least(0), "csoc.mB": C.at_least(1),
     "csoc.momentum": C.in_range(0.0, 1.0, high_open=True), "csoc.safe_ratio": C.non_negative(),
+    "csoc.pair_chunk": C.at_least(0),
     "match.steps": C.at_least(1), "match.batch_size": C.at_least(1), "match.lr": C.positive(),
     "match.weight_decay": C.non_negative(),
     "match.ema_decay": C.in_range(0.0, 1.0, high_open=True),
