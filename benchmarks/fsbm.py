@@ -281,27 +281,27 @@ class Ours:
     self.solve, self.solve_compile_s, *_ = timing.compile_and_time(
         solve, self.mean_path, self.key, repeats=0)
     self.chunked = None
-    if args.pair_chunk:  # the same solve, its gradient over chunks of pairs (csoc.pair_chunk)
-      chunk_settings = self.settings._replace(pair_chunk=args.pair_chunk)
+    chunk_settings = self.settings._replace(pair_chunk=args.pair_chunk)
 
-      def chunked_solve(mean_path, key):
-        return kernel.condsoc_solve(
-            mean_path[:, 0], mean_path[:, -1], mean_path, key, settings=chunk_settings,
-            guide=kernel.Guidance(self.keypoints, self.inv_std),
-            weights=kernel.PairWeights(sign=1.0, tau=sizes["tau"]))
+    def chunked_solve(mean_path, key):  # its gradient over chunks of pairs (csoc.pair_chunk)
+      return kernel.condsoc_solve(
+          mean_path[:, 0], mean_path[:, -1], mean_path, key, settings=chunk_settings,
+          guide=kernel.Guidance(self.keypoints, self.inv_std),
+          weights=kernel.PairWeights(sign=1.0, tau=sizes["tau"]))
+    if args.pair_chunk:
       compiled = timing.compile_and_time(chunked_solve, self.mean_path, self.key, repeats=0)
       self.chunked = {"solve": compiled.compiled, "compile_s": compiled.compile_seconds,
                       "cost": timing.program_cost(chunked_solve, self.mean_path, self.key,
                                                   compiled=compiled.compiled).per(args.iters)}
     self.sharded = None
-    if args.devices > 1:  # the same solve, the pairs split over the CPU devices
+    if args.devices > 1:  # the same solve (in chunks with --pair_chunk), pairs over devices
       mesh = distributed.make_mesh()
       mean_path = distributed.shard_batch(np.asarray(problem.mean_path), mesh)
       key = distributed.replicate(self.key, mesh)
-      compiled = timing.compile_and_time(solve, mean_path, key, repeats=0)
+      compiled = timing.compile_and_time(chunked_solve, mean_path, key, repeats=0)
       self.sharded = {"mean_path": mean_path, "key": key, "solve": compiled.compiled,
                       "compile_s": compiled.compile_seconds,
-                      "cost": timing.program_cost(solve, mean_path, key,
+                      "cost": timing.program_cost(chunked_solve, mean_path, key,
                                                   compiled=compiled.compiled).per(args.iters)}
 
     # The M-step of kernel.make_kernel's alternation, on the fitted-path stand-ins.
@@ -648,7 +648,8 @@ def main():
   parser.add_argument("--profile_repeats", type=int, default=20)
   parser.add_argument("--devices", type=int, default=1,
                       help="CPU devices to expose (one per core: 2 here); > 1 adds a row of "
-                           "the CondSOC solve with the pairs split over them")
+                           "the CondSOC solve with the pairs split over them (in chunks, "
+                           "with --pair_chunk)")
   parser.add_argument("--pair_chunk", type=int, default=256,
                       help="> 0 adds a row of the CondSOC solve with its gradient over chunks "
                            "of this many pairs (csoc.pair_chunk; 0: no such row)")
@@ -704,8 +705,9 @@ def main():
           official.run_fit if official else None, ours_units=1, official_units=1,
           per=(args.iters, args.iters), repeats=args.repeats, cost=ours.chunked["cost"])
   if ours.sharded is not None:
+    chunks = f", in chunks of {args.pair_chunk}" if args.pair_chunk else ""
     bench(rows, f"CondSOC iteration ({args.iters} per call), pairs over {args.devices} CPU "
-          "devices", f"mB={s['pairs']} pairs, S={s['num_steps']}, N={s['num_noise']}, "
+          f"devices{chunks}", f"mB={s['pairs']} pairs, S={s['num_steps']}, N={s['num_noise']}, "
           f"T_mean={s['num_mean_knots']}, T_gamma={s['num_gamma_knots']}, tau={s['tau']:g}",
           ours.sharded["compile_s"], ours.run_sharded_solve,
           official.run_fit if official else None, ours_units=1, official_units=1,
