@@ -25,6 +25,8 @@ ROWS = [
     ("fsbm", "smoke", "batch_size", 0, "config.batch_size = 0: expected an integer >= 1"),
     ("fsbm", "smoke", "match.ema_decay", 1.5,
      "config.match.ema_decay = 1.5: expected a number in [0.0, 1.0)"),
+    ("fsbm", "smoke", "csoc.pair_chunk", 24,
+     "config.csoc.pair_chunk = 24: expected 0 or a divisor of config.batch_size (64)"),
     ("identifiability", "smoke", "optim.learning_rate", -1.0,
      "config.optim.learning_rate = -1.0: expected a number > 0"),
     ("identifiability", "smoke", "dgp.kappas", (10.0, -1.0),

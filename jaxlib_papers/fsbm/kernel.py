@@ -99,8 +99,8 @@ class CondSOCSettings(NamedTuple):
   # iteration's gradient over B / pair_chunk strided chunks of pairs, one after another
   # (``lax.map``), so a chunk's [chunk, N, S, D] arrays stay in cache on a CPU; every
   # pair's gradient is the same (pairs are independent problems). 0 = all B at once.
-  # Ignored when B is not a multiple, or with an interaction or entropy cost (they
-  # couple the pairs).
+  # Ignored when B is not a multiple (the launcher's config refuses such a chunk), or
+  # with an interaction or entropy cost (they couple the pairs).
   pair_chunk: int = 0
 
 

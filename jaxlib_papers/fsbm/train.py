@@ -70,6 +70,10 @@ def settings_from_config(config) -> kernel_lib.FSBMSettings:
     raise ValueError("config.csoc.num_iters and config.match.steps must be >= 1")
   if float(config.sigma) <= 0:
     raise ValueError(f"config.sigma must be > 0, got {config.sigma}")
+  chunk, pairs = int(c.pair_chunk), int(config.batch_size)
+  if 0 < chunk < pairs and pairs % chunk:
+    raise ValueError(f"config.csoc.pair_chunk = {chunk}: expected 0 or a divisor of "
+                     f"config.batch_size ({pairs})")
   csoc = kernel_lib.CondSOCSettings(
       sigma=float(config.sigma), num_mean_knots=int(c.T_mean),
       num_gamma_knots=int(c.T_gamma), num_steps=int(c.S), num_noise=int(c.N),
