@@ -271,23 +271,19 @@ class Ours:
     self.mean_path = jnp.asarray(problem.mean_path)
     self.key = jax.random.key(args.seed)
 
-    def solve(mean_path, key):
-      return kernel.condsoc_solve(
-          mean_path[:, 0], mean_path[:, -1], mean_path, key, settings=self.settings,
+    def solve_with(settings):
+      return lambda mean_path, key: kernel.condsoc_solve(
+          mean_path[:, 0], mean_path[:, -1], mean_path, key, settings=settings,
           guide=kernel.Guidance(self.keypoints, self.inv_std),
           weights=kernel.PairWeights(sign=1.0, tau=sizes["tau"]))
 
+    solve = solve_with(self.settings)
     self.solve_fn = solve
     self.solve, self.solve_compile_s, *_ = timing.compile_and_time(
         solve, self.mean_path, self.key, repeats=0)
     self.chunked = None
-    chunk_settings = self.settings._replace(pair_chunk=args.pair_chunk)
-
-    def chunked_solve(mean_path, key):  # its gradient over chunks of pairs (csoc.pair_chunk)
-      return kernel.condsoc_solve(
-          mean_path[:, 0], mean_path[:, -1], mean_path, key, settings=chunk_settings,
-          guide=kernel.Guidance(self.keypoints, self.inv_std),
-          weights=kernel.PairWeights(sign=1.0, tau=sizes["tau"]))
+    # the same solve, its gradient over chunks of pairs (csoc.pair_chunk; 0: as `solve`)
+    chunked_solve = solve_with(self.settings._replace(pair_chunk=args.pair_chunk))
     if args.pair_chunk:
       compiled = timing.compile_and_time(chunked_solve, self.mean_path, self.key, repeats=0)
       self.chunked = {"solve": compiled.compiled, "compile_s": compiled.compile_seconds,
