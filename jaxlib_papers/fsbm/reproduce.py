@@ -216,9 +216,9 @@ def opinion_claims(ctx) -> list[reproduce.Claim]:
           paper="FSBM paper: feedback depolarises (figure, no number)",
           ours=f"FSBM {pol(ev_f)}; tau=0 {pol(ev_b)}; target {ev_f.target_polarisation:.3f}",
           holds=ev_f.polarisation_max <= 0.75 * ev_b.polarisation_max, data=data,
-          why="setup (cat. 3): the unguided bridge is never polarised (its index falls from "
-              "p0's; even the R-step run to its optimum rises <= 4% above p0's), so both "
-              "maxima are the shared t=0 value (seeds/fsbm.md)"),
+          why="setup (cat. 3): the unguided model is never polarised: FSBM's steps cancel "
+              "the reference drift (tau=0 is the drift-free model to 2-11%, up to 30 "
+              "alternations), so both maxima are the shared t=0 value (seeds/fsbm.md)"),
       reproduce.Claim(
           claim="opinion: FSBM and tau=0 reach p1 (terminal MMD^2 <= 10x that of two "
                 "independent p1 samples of the same size)",
