@@ -231,8 +231,8 @@ def opinion_claims(ctx) -> list[reproduce.Claim]:
           claim="opinion: held-out keypoints tracked better with feedback",
           paper="-", ours=f"FSBM {ho_f:.2f}, tau=0 {ho_b:.2f}",
           holds=bool(ho_f < ho_b), data=data,
-          why="a tie within seed noise (0.3-0.5% either way): the feedback paths are not "
-              "pulled towards the keypoints at this schedule (seeds/fsbm.md)"),
+          why="budget (cat. 2): a tie at the cpu R-step's 100 CondSOC iterations; at the "
+              "official 700 FSBM tracks better on seeds 0-2 by 1.7-4.3% (seeds/fsbm.md)"),
   ]
 
 
