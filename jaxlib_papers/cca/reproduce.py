@@ -163,8 +163,9 @@ def _sweep_claims(result, stats) -> list[Claim]:
       Claim("digits: lambda trades diversity for accuracy like the CFG scale (Spearman of "
             "accuracy >= 0.8, of diversity <= -0.8, both knobs)", PAPER_SWEEP,
             ", ".join(f"{k} {v:+.2f}" for k, v in rho.items()), bool(monotone),
-            why="lambda = 300 over-sharpens in one epoch (the brief's pitfall) and breaks the "
-                "monotone sweep at its end; 0 -> 30 is monotone (seeds/cca.md)"),
+            why="lambda = 300 is guidance beyond the CFG grid (the FD and precision of CFG at "
+                "s = 10-20, where CFG's accuracy turns down too); lambda 0 -> 30, the CFG "
+                "grid's range, is monotone (seeds/cca.md)"),
       Claim("digits: at matched diversity CCA is at most 3 points below the CFG curve",
             PAPER_SWEEP, "; ".join(f"{n.split()[-1]}: {g:+.1f}" for n, g in gaps) or
             "no CCA point inside the CFG curve's diversity range",
