@@ -20,7 +20,7 @@ def main(argv):
   workdir = common.workdir("cca")
   result = train.run(_CONFIG.value, workdir)
   print(train.summary_table(result))
-  common.save_figure(plotting.figure(result, int(_CONFIG.value.data.levels)),
+  common.save_figure(plotting.figure(result),
                      workdir / "samples_and_tradeoff.png")
 
 

@@ -67,8 +67,9 @@ class Evaluator:
     from sklearn.neural_network import MLPClassifier  # pylint: disable=g-import-not-at-top
     from sklearn.svm import SVC  # pylint: disable=g-import-not-at-top
     self.levels = digits.levels
-    x_train = data_lib.to_intensity(digits.train_tokens, self.levels) / 16.0
-    x_test = data_lib.to_intensity(digits.test_tokens, self.levels) / 16.0
+    self.digits = digits
+    x_train = data_lib.images(digits, digits.train_tokens) / 16.0
+    x_test = data_lib.images(digits, digits.test_tokens) / 16.0
     self.svc = SVC(C=10.0, gamma="scale").fit(x_train, digits.train_labels)
     self.mlp = MLPClassifier((64,), max_iter=400, random_state=seed, alpha=1e-3)
     self.mlp.fit(x_train, digits.train_labels)
@@ -84,10 +85,10 @@ class Evaluator:
     return np.maximum(x @ self.mlp.coefs_[0] + self.mlp.intercepts_[0], 0.0)
 
   def __call__(self, tokens: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    """Metrics of samples tokens [n, 64] generated for labels [n]."""
+    """Metrics of samples tokens [n, L] generated for labels [n]."""
     tokens = np.asarray(tokens, np.int32)
     labels = np.asarray(labels)
-    x = data_lib.to_intensity(tokens, self.levels) / 16.0
+    x = data_lib.images(self.digits, tokens) / 16.0
     accuracy = float(np.mean(self.svc.predict(x) == labels))
     probs = np.clip(self.mlp.predict_proba(x), 1e-12, 1.0)
     marginal = probs.mean(0, keepdims=True)

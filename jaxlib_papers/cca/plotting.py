@@ -9,16 +9,20 @@ from jaxlib_papers.cca import data as data_lib
 from jaxlib_papers.core import figures
 
 
-def sample_grid(ax, tokens: np.ndarray, labels: np.ndarray, levels: int, title: str,
+def sample_grid(ax, images: np.ndarray, labels: np.ndarray, title: str,
                 per_class: int = 6) -> None:
-  """Draws ``per_class`` samples of each digit (rows: classes) on one axis."""
+  """Draws ``per_class`` samples of each digit (rows: classes) on one axis.
+
+  ``images``: [n, 64] intensities in [0, 16] (:func:`data.images` of sampled tokens).
+  """
   rows = []
   for c in range(data_lib.NUM_CLASSES):
-    picked = tokens[labels == c][:per_class].reshape(-1, 8, 8)
+    picked = images[labels == c][:per_class].reshape(-1, 8, 8)
     pad = np.full((per_class - len(picked), 8, 8), 0)
     row = np.concatenate([picked, pad]) if len(picked) < per_class else picked
     rows.append(np.concatenate([np.pad(im, 1) for im in row], axis=1))
-  ax.imshow(np.concatenate(rows, axis=0) / (levels - 1), cmap="gray_r", vmin=0, vmax=1)
+  ax.imshow(np.concatenate(rows, axis=0) / data_lib.MAX_INTENSITY, cmap="gray_r", vmin=0,
+            vmax=1)
   ax.set_title(title, fontsize=8)
   ax.set_xticks([])
   ax.set_yticks([])
@@ -46,8 +50,11 @@ def tradeoff(ax, result) -> None:
   ax.invert_xaxis()
 
 
-def figure(result, levels: int, path=None, dpi: int = 80) -> Figure:
-  """Sample grids (base, best CFG, main CCA, CCA + CFG) and the trade-off plot."""
+def figure(result, path=None, dpi: int = 80) -> Figure:
+  """Sample grids (base, best CFG, main CCA, CCA + CFG) and the trade-off plot.
+
+  ``result``: a :class:`train.Result` (its ``digits`` turn tokens back into images).
+  """
   stats = {row["setting"]: row for row in result.summary}
   cfg = [k for k in stats if k.startswith("cfg ")]
   best_cfg = max(cfg, key=lambda k: stats[k]["accuracy"]) if cfg else "base"
@@ -58,7 +65,7 @@ def figure(result, levels: int, path=None, dpi: int = 80) -> Figure:
   axes = fig.subplots(1, len(shown) + 1,
                       gridspec_kw={"width_ratios": [1] * len(shown) + [1.8]})
   for ax, name in zip(axes, shown):
-    sample_grid(ax, result.samples[name][0], result.labels, levels,
+    sample_grid(ax, data_lib.images(result.digits, result.samples[name][0]), result.labels,
                 f"{name}\nacc {stats[name]['accuracy']:.0f}%")
   tradeoff(axes[-1], result)
   if path is not None:

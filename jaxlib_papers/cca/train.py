@@ -83,12 +83,13 @@ class Result:
   main_lambda: float
   classifier_accuracy: float
   align_steps: int
-  samples: dict[str, np.ndarray] = results.in_memory()   # {setting: [S, n, 64]}
+  samples: dict[str, np.ndarray] = results.in_memory()   # {setting: [S, n, L]}
   labels: np.ndarray = results.in_memory()               # [n]
   pretrain_history: list[dict[str, float]] = results.in_memory()
   align_history: list[dict[str, float]] = results.in_memory()
   base_params: Any = results.in_memory()                 # leaves [S, ...]
   aligned_params: Any = results.in_memory()              # leaves [S, Lambda, ...]
+  digits: data_lib.Digits | None = results.in_memory()   # the tokenised data (and codebook)
 
 
 def make_model(config: ml_collections.ConfigDict) -> models.ARTransformer:
@@ -96,9 +97,19 @@ def make_model(config: ml_collections.ConfigDict) -> models.ARTransformer:
   if m.width % m.heads:
     raise ValueError(f"config.model.width ({m.width}) must be divisible by model.heads "
                      f"({m.heads})")
-  return models.ARTransformer(vocab_size=config.data.levels, num_classes=data_lib.NUM_CLASSES,
-                              length=data_lib.LENGTH, width=m.width, depth=m.depth,
-                              heads=m.heads, mlp=m.mlp)
+  d = config.data
+  vocab = d.levels if d.tokenizer == "raster" else d.codebook_size
+  return models.ARTransformer(vocab_size=vocab, num_classes=data_lib.NUM_CLASSES,
+                              length=data_lib.sequence_length(d.tokenizer, d.patch),
+                              width=m.width, depth=m.depth, heads=m.heads, mlp=m.mlp)
+
+
+def load_digits(config: ml_collections.ConfigDict) -> data_lib.Digits:
+  """The digits as ``config.data`` tokenises and splits them (:func:`data.load`)."""
+  d = config.data
+  return data_lib.load(d.levels, d.test_size, d.split_seed, tokenizer=d.tokenizer,
+                       codebook_size=d.codebook_size, patch=d.patch,
+                       codebook_seed=d.codebook_seed)
 
 
 def pretrain_optimizer(config, total_steps: int) -> optax.GradientTransformation:
@@ -258,7 +269,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
   settings = settings_from_config(config)
   workdir = None if workdir is None else pathlib.Path(workdir)
   cpu_start = time.process_time()
-  digits = data_lib.load(config.data.levels, config.data.test_size, config.data.split_seed)
+  digits = load_digits(config)
   base_params, aligned_params, trained, test_nll = train(config, settings, digits, workdir,
                                                          mesh)
   timing = {"pretrain": trained.seconds["pretrain"], "align": trained.seconds["align"]}
@@ -278,7 +289,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | pathlib.Path | None = 
       align_steps=align_steps(config, digits.train_tokens.shape[0]), samples=samples,
       labels=labels, pretrain_history=trained.histories["pretrain"],
       align_history=trained.histories["align"], base_params=base_params,
-      aligned_params=aligned_params)
+      aligned_params=aligned_params, digits=digits)
   if jax.process_index() == 0:
     results.write(result, workdir)
   return result

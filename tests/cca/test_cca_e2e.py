@@ -36,6 +36,6 @@ def test_smoke_run_writes_results_aligns_and_feeds_the_claims(tmp_path):
     assert np.all((row["accuracy"] >= 0) & (row["accuracy"] <= 100))
   claims = reproduce.digit_claims(result)
   assert len(claims) == 6 and all(isinstance(c.holds, bool) for c in claims)
-  fig = plotting.figure(result, config.data.levels, tmp_path / "grid.png")
+  fig = plotting.figure(result, tmp_path / "grid.png")
   assert (tmp_path / "grid.png").stat().st_size > 1000
   del fig

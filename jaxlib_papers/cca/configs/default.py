@@ -18,7 +18,10 @@ from jaxlib_papers.core.config import make_config
 _BASE = dict(
     seed=0,
     num_seeds=3,                  # runs vmapped in one program (error bars)
-    data=dict(levels=5, test_size=360, split_seed=0),   # V = levels tokens per pixel
+    # tokenizer "raster": 64 tokens of `levels` values (V = levels); "vq": a k-means
+    # codebook of `codebook_size` (= V) patch x patch patches, (8 / patch)^2 tokens.
+    data=dict(levels=5, test_size=360, split_seed=0, tokenizer="raster",
+              codebook_size=256, patch=2, codebook_seed=0),
     model=dict(width=48, depth=2, heads=4, mlp=128),
     pretrain=dict(batch_size=32, lr=2e-3, warmup_steps=30, weight_decay=0.05,
                   label_dropout=0.1, grad_clip=1.0),
@@ -72,6 +75,8 @@ _OVERRIDES = {
 CONSTRAINTS = {
     "seed": C.at_least(0), "num_seeds": C.at_least(1),
     "data.levels": C.at_least(2), "data.test_size": C.at_least(1),
+    "data.tokenizer": C.one_of("raster", "vq"), "data.codebook_size": C.at_least(2),
+    "data.patch": C.one_of(1, 2, 4, 8), "data.codebook_seed": C.at_least(0),
     **{f"model.{k}": C.at_least(1) for k in ("width", "depth", "heads", "mlp")},
     "pretrain.batch_size": C.at_least(1), "pretrain.lr": C.positive(),
     "pretrain.warmup_steps": C.at_least(0), "pretrain.weight_decay": C.non_negative(),
