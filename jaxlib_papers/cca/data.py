@@ -109,7 +109,7 @@ def images(digits: Digits, tokens: np.ndarray) -> np.ndarray:
 
 
 def load(levels: int = 5, test_size: int = 360, split_seed: int = 0, *,
-         tokenizer: str = "raster", codebook_size: int = 256, patch: int = 2,
+         tokenizer: str = "raster", codebook_size: int = 512, patch: int = 2,
          codebook_seed: int = 0) -> Digits:
   """The digits, tokenised (``tokenizer``: see the module docstring) and split
   (stratified) into train / test; ``levels`` is used by ``raster`` only."""

@@ -21,7 +21,7 @@ _BASE = dict(
     # tokenizer "raster": 64 tokens of `levels` values (V = levels); "vq": a k-means
     # codebook of `codebook_size` (= V) patch x patch patches, (8 / patch)^2 tokens.
     data=dict(levels=5, test_size=360, split_seed=0, tokenizer="raster",
-              codebook_size=256, patch=2, codebook_seed=0),
+              codebook_size=512, patch=2, codebook_seed=0),
     model=dict(width=48, depth=2, heads=4, mlp=128),
     pretrain=dict(batch_size=32, lr=2e-3, warmup_steps=30, weight_decay=0.05,
                   label_dropout=0.1, grad_clip=1.0),
