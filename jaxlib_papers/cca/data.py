@@ -79,9 +79,10 @@ def fit_codebook(images: np.ndarray, size: int, patch: int = 2, seed: int = 0) -
   from sklearn.cluster import KMeans  # pylint: disable=g-import-not-at-top
   sequence_length("vq", patch)
   flat = _patches(images, patch).reshape(-1, patch * patch).astype(np.float64)
-  if not 2 <= size <= len(np.unique(flat, axis=0)):
-    raise ValueError(f"codebook_size must be in [2, {len(np.unique(flat, axis=0))}] (the "
-                     f"distinct {patch}x{patch} patches), got {size}")
+  distinct = len(np.unique(flat, axis=0))
+  if not 2 <= size <= distinct:
+    raise ValueError(f"codebook_size must be in [2, {distinct}] (the distinct {patch}x{patch} "
+                     f"patches), got {size}")
   km = KMeans(size, n_init=4, random_state=seed).fit(flat)
   return Codebook(km.cluster_centers_.astype(np.float32), int(patch))
 

@@ -66,7 +66,6 @@ class Evaluator:
   def __init__(self, digits: data_lib.Digits, seed: int = 0):
     from sklearn.neural_network import MLPClassifier  # pylint: disable=g-import-not-at-top
     from sklearn.svm import SVC  # pylint: disable=g-import-not-at-top
-    self.levels = digits.levels
     self.digits = digits
     x_train = data_lib.images(digits, digits.train_tokens) / 16.0
     x_test = data_lib.images(digits, digits.test_tokens) / 16.0
