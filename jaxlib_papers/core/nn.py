@@ -46,6 +46,22 @@ def timestep_embedding(t: jax.Array, dim: int, max_period: float = 10_000.0, *,
   return emb
 
 
+def check_time_shape(t: jax.Array, x: jax.Array) -> None:
+  """Raises unless ``t``'s shape broadcasts to ``x.shape[:-1]`` (the points' shape).
+
+  For fields ``v(x [..., D], t)`` that embed ``t`` at its own shape and broadcast the
+  features, so that a scalar time is embedded once.
+  """
+  points = tuple(x.shape[:-1])
+  try:
+    joint = jnp.broadcast_shapes(tuple(t.shape), points)
+  except ValueError:
+    joint = None
+  if joint != points:
+    raise ValueError(f"t: expected a shape that broadcasts to the points' shape {points} "
+                     f"(x is {tuple(x.shape)}), got {tuple(t.shape)}")
+
+
 class SinusoidalEmbedding(nn.Module):
   """:func:`timestep_embedding` of ``scale * t`` as a module: ``t: [...] -> [..., dim]``."""
 
@@ -88,7 +104,10 @@ class TimeMLP(nn.Module):
   """A vector field ``v(x, t)``: ``x: [..., D], t: [...] or [] -> [..., out_dim]``.
 
   ``x`` goes through a ``depth``-layer MLP and ``t`` through a sinusoidal embedding and
-  an MLP; the two are summed, passed through the activation and a final MLP.
+  an MLP; the two are summed, passed through the activation and a final MLP. ``t``'s shape
+  broadcasts against ``x.shape[:-1]``, and ``t`` is embedded at its own shape: a time shared
+  by the batch (``t`` a scalar, as an ODE or SDE solver's step has it) costs its MLP once,
+  not once per point (same function; only float rounding can differ).
   """
 
   out_dim: int
@@ -100,9 +119,10 @@ class TimeMLP(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array, t: jax.Array) -> jax.Array:
-    t = jnp.broadcast_to(jnp.asarray(t, x.dtype), x.shape[:-1])
+    t = jnp.asarray(t, x.dtype)
+    check_time_shape(t, x)
     t_emb = SinusoidalEmbedding(self.time_embed_dim)(t)
-    t_feat = MLP((self.hidden, self.hidden), self.activation)(t_emb)
+    t_feat = MLP((self.hidden, self.hidden), self.activation)(t_emb)  # [*t.shape, hidden]
     x_feat = MLP((self.hidden,) * self.depth, self.activation)(x)
     h = self.activation(x_feat + t_feat)
     return MLP((self.hidden, self.out_dim), self.activation, self.zero_init_last)(h)

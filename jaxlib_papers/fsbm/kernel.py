@@ -610,7 +610,8 @@ def simulate(apply_fn, net_params: PyTree, x_start: jax.Array, key: jax.Array,
 
   def drift(s, x, _):
     t = jnp.where(sign > 0, s, 1.0 - s)
-    v = apply_fn(net_params, x, jnp.full(x.shape[:-1], t))
+    # One t for the batch, shaped [1, ...] to broadcast: the field embeds it once.
+    v = apply_fn(net_params, x, jnp.full((1,) * (x.ndim - 1), t))
     if base_drift is not None:
       v = v + sign * base_drift(t, x)
     return v

@@ -20,7 +20,11 @@ def timestep_embedding(t: jax.Array, dim: int, max_period: float = 10000.0):
 
 
 class VectorField(nn.Module):
-  """v_theta: x [..., D], t [...] -> [..., D]."""
+  """v_theta: x [..., D], t [...] -> [..., D].
+
+  ``t``'s shape broadcasts against ``x.shape[:-1]``; it is embedded at its own shape, so a
+  time shared by the batch (a scalar: the simulator's step) costs the time MLP once.
+  """
 
   dim: int
   hidden: int = 128
@@ -30,10 +34,11 @@ class VectorField(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array, t: jax.Array) -> jax.Array:
-    t = jnp.broadcast_to(t, x.shape[:-1])
+    t = jnp.asarray(t)
+    core_nn.check_time_shape(t, x)
     emb = timestep_embedding(t * self.step_scale, self.time_embed_dim)
     h_t = core_nn.Dense(self.hidden)(emb.astype(x.dtype))
-    h_t = core_nn.Dense(self.hidden)(nn.silu(h_t))
+    h_t = core_nn.Dense(self.hidden)(nn.silu(h_t))  # [*t.shape, hidden]
     h_x = x
     for i in range(self.x_depth):
       h_x = core_nn.Dense(self.hidden)(h_x)

@@ -303,7 +303,7 @@ def analytic_gamma(model: nn.Module, params: PyTree, schedule: diffusion.Schedul
     t, k = inputs
     tb = jnp.full((x0.shape[0],), t)
     x_t = diffusion.q_sample(schedule, x0, tb, prng.normal(k, x0.shape, x0.dtype))
-    eps_hat, _ = model.apply(params, x_t, tb)
+    eps_hat, _ = model.apply(params, x_t, tb[:1])  # t shared: embedded once
     return jnp.mean(jnp.square(eps_hat))
 
   values = jax.lax.map(one, (timesteps, keys))
@@ -328,7 +328,7 @@ def eps_variance_fn(methods: Methods, method: str, schedule: diffusion.Schedule
   """(x_t [B, ...], t scalar) -> (eps_hat, Var[eps | x_t] estimate) of a learned method."""
 
   def fn(x_t: Array, t: Array):
-    tb = jnp.full((x_t.shape[0],), t)
+    tb = jnp.full((1,), t)  # t shared by the batch: the backbone embeds it once
     if method == "jacobian":  # h_theta = -sigma_t diag J_eps: OCM's target without probes
       diag, eps_hat, _ = covariance.jacobian_diagonal(
           lambda x: methods.model.apply(methods.backbone, x, tb), x_t)
@@ -358,7 +358,7 @@ def make_predictor(methods: Methods, method: str, schedule: diffusion.Schedule
 
   if method in ("beta_tilde", "beta"):
     def predict(x_t, t):
-      tb = jnp.full((x_t.shape[0],), t)
+      tb = jnp.full((1,), t)  # t shared by the batch: the backbone embeds it once
       eps_hat, _ = methods.model.apply(methods.backbone, x_t, tb)
       return eps_hat, covariance.x0_covariance(method, abar_table[t])
     return predict

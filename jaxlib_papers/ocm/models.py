@@ -1,7 +1,9 @@
 """Networks: eps backbones that also return their last features, and the covariance heads.
 
 Every backbone is called as ``model.apply(params, x, t) -> (eps_hat, features)`` with x
-[B, ...] and integer t [B]; the heads read only the (frozen) features, as in the paper, and
+[B, ...] and integer t [B], or t [1] for a time shared by the batch (the samplers' steps):
+the time embedding is computed at t's shape and broadcast, so a shared t costs its MLP once
+rather than once per sample. The heads read only the (frozen) features, as in the paper, and
 their output layer is zero-initialised.
 """
 
@@ -24,7 +26,10 @@ def timestep_embedding(t: Array, dim: int, max_period: float = 10000.0) -> Array
 
 
 class MLPBackbone(nn.Module):
-  """Residual MLP eps network for vectors; x [B, D], t [B] -> (eps [B, D], features [B, W])."""
+  """Residual MLP eps network for vectors.
+
+  x [B, D], t [B] or [1] -> (eps [B, D], features [B, W]).
+  """
   width: int = 256
   depth: int = 3
   time_embed_dim: int = 64
@@ -71,7 +76,7 @@ class _ResBlock(nn.Module):
 
 
 class UNet(nn.Module):
-  """A small DDPM-style UNet; x [B, H, W, C], t [B] -> (eps like x, features [B, H, W, ch]).
+  """A small DDPM-style UNet; x [B, H, W, C], t [B] or [1] -> (eps like x, features [B, H, W, ch]).
 
   (No attention: at the scales the suite trains it adds little, and the covariance heads
   only need the last feature map.)

@@ -75,7 +75,7 @@ def network(net: NetSettings) -> nn.TimeMLP:
 
 
 def velocity_fn(net: NetSettings, params: PyTree) -> losses.Velocity:
-  """``v(x [B, D], t [B]) -> [B, D]`` of the network with ``params``."""
+  """``v(x [B, D], t [B] or [1]) -> [B, D]`` of the network with ``params``."""
   model = network(net)
   return lambda x, t: model.apply(params, x, t)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-Velocity = Callable[[jax.Array, jax.Array], jax.Array]   # (x [B, D], t [B]) -> [B, D]
+Velocity = Callable[[jax.Array, jax.Array], jax.Array]   # (x [B, D], t [B] or [1]) -> [B, D]
 Energy = Callable[[jax.Array], jax.Array]                # x [B, D] -> [B]
 
 
@@ -65,7 +65,8 @@ def euler(velocity: Velocity, x0: jax.Array, num_steps: int | jax.Array) -> jax.
   dt = 1.0 / num_steps.astype(x0.dtype)
 
   def body(i, x):
-    t = jnp.full(x.shape[:-1], i * dt, x.dtype)
+    # One t for the batch, shaped [1, ...] to broadcast: the field embeds it once.
+    t = jnp.full((1,) * (x.ndim - 1), i * dt, x.dtype)
     return x + dt * velocity(x, t)
 
   return jax.lax.fori_loop(0, num_steps, body, x0)

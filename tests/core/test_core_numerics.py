@@ -198,6 +198,29 @@ def test_time_mlp_shapes_and_zero_head():
   assert emb.shape == (2, 6)
 
 
+def _flops(fn, *args) -> float:
+  return float(jax.jit(fn).lower(*args).compile().cost_analysis()["flops"])
+
+
+def test_time_mlp_embeds_a_shared_time_once():
+  # A time shared by the batch (scalar or [1]) is the same field as the time given per point,
+  # and its MLP runs once: the compiled program does the time MLP's arithmetic for one point.
+  model = nn.TimeMLP(out_dim=3, hidden=32, depth=2, time_embed_dim=16)
+  x = jax.random.normal(jax.random.key(1), (64, 4))
+  params = model.init(jax.random.key(0), x, jnp.zeros(64))
+  per_point = model.apply(params, x, jnp.full(64, 0.3))
+  for shared in (0.3, jnp.full((1,), 0.3)):
+    np.testing.assert_allclose(model.apply(params, x, shared), per_point, rtol=1e-5, atol=1e-6)
+  apply = lambda t: model.apply(params, x, t)
+  # time MLP per point: 2 * (16 * 32 + 32 * 32) flops in its two matmuls
+  saved = _flops(apply, jnp.full(64, 0.3)) - _flops(apply, jnp.full((1,), 0.3))
+  assert saved >= 63 * 2 * (16 * 32 + 32 * 32)
+  with pytest.raises(ValueError, match=r"t: expected a shape that broadcasts to .*\(64,\)"):
+    model.apply(params, x, jnp.zeros(5))
+  with pytest.raises(ValueError, match="t: expected"):
+    model.apply(params, x, jnp.zeros((2, 64)))  # would make 2 x 64 outputs from 64 points
+
+
 def test_presets_and_overrides():
   base = {"seed": 0, "loop": {"num_steps": 10}, "lr": 0.1}
   cfg = config_lib.make_config("cpu", base, {"cpu": {"loop.num_steps": 500}})

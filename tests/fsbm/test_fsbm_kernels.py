@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jaxlib_papers.core import distributed, precision
-from jaxlib_papers.fsbm import feedback, gpath, kernel, tasks
+from jaxlib_papers.fsbm import feedback, gpath, kernel, models, tasks
 
 SOFTPLUS_INV_ONE = math.log(math.e - 1.0)  # softplus(s) = 1: Brownian-bridge std
 
@@ -17,6 +17,22 @@ def _bridge_params(x0, x1, num_mean=7, num_gamma=5):
   mean_path = gpath.linear_mean_path(x0, x1, num_mean)
   p = gpath.init_params(mean_path, num_gamma)
   return p._replace(gamma_knots=jnp.full_like(p.gamma_knots, SOFTPLUS_INV_ONE))
+
+
+def test_vector_field_embeds_a_shared_time_once():
+  # The simulator's one t per step ([1]) is the field of that t at every point, and the
+  # compiled step runs the time MLP for one point, not 128.
+  net = models.VectorField(dim=2, hidden=32, time_embed_dim=16)
+  x = jax.random.normal(jax.random.key(1), (128, 2))
+  params = net.init(jax.random.key(0), x, jnp.zeros(128))
+  per_point = net.apply(params, x, jnp.full(128, 0.7))
+  for shared in (0.7, jnp.full((1,), 0.7)):
+    np.testing.assert_allclose(net.apply(params, x, shared), per_point, rtol=1e-5, atol=1e-6)
+  flops = lambda t: float(jax.jit(lambda t: net.apply(params, x, t)).lower(t).compile()
+                          .cost_analysis()["flops"])
+  assert flops(jnp.full(128, 0.7)) - flops(jnp.full((1,), 0.7)) >= 127 * 2 * (16 + 32) * 32
+  with pytest.raises(ValueError, match="t: expected a shape"):
+    net.apply(params, x, jnp.zeros(3))
 
 
 def test_brownian_bridge_drift_closed_form():

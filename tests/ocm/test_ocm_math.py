@@ -9,12 +9,28 @@ import optax
 import pytest
 
 from jaxlib_papers.core.precision import enable_x64
-from jaxlib_papers.ocm import covariance, diffusion, gmm, kernel
+from jaxlib_papers.ocm import covariance, diffusion, gmm, kernel, models
 
 
 @pytest.fixture(scope="module")
 def schedule():
   return diffusion.make_schedule("linear", 1000)
+
+
+@pytest.mark.parametrize("kind, shape", [("mlp", (16, 2)), ("unet", (3, 8, 8, 1))])
+def test_backbones_embed_a_shared_timestep_once(kind, shape):
+  # The predictors call the backbone with t [1] (one t per sampler step): the same eps and
+  # features as t repeated per sample.
+  kwargs = {"width": 32, "depth": 2} if kind == "mlp" else {
+      "base_channels": 8, "channel_mults": (1, 2), "blocks_per_level": 1, "groups": 4}
+  model = models.make_backbone(kind, **kwargs)
+  x = jax.random.normal(jax.random.key(1), shape)
+  params = model.init(jax.random.key(0), x, jnp.ones(shape[0], jnp.int32))
+  per_sample = model.apply(params, x, jnp.full(shape[0], 417))
+  shared = model.apply(params, x, jnp.full((1,), 417))
+  for a, b in zip(shared, per_sample):
+    assert a.shape == b.shape
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_schedules_and_timesteps():
