@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jaxlib_papers.core import config as config_lib
-from jaxlib_papers.core import metrics, nn, ot, precision, sde
+from jaxlib_papers.core import metrics, nn, ot, precision, sde, timing
 
 # ---------------------------------------------------------------- integrators
 
@@ -198,10 +198,6 @@ def test_time_mlp_shapes_and_zero_head():
   assert emb.shape == (2, 6)
 
 
-def _flops(fn, *args) -> float:
-  return float(jax.jit(fn).lower(*args).compile().cost_analysis()["flops"])
-
-
 def test_time_mlp_embeds_a_shared_time_once():
   # A time shared by the batch (scalar or [1]) is the same field as the time given per point,
   # and its MLP runs once: the compiled program does the time MLP's arithmetic for one point.
@@ -213,7 +209,8 @@ def test_time_mlp_embeds_a_shared_time_once():
     np.testing.assert_allclose(model.apply(params, x, shared), per_point, rtol=1e-5, atol=1e-6)
   apply = lambda t: model.apply(params, x, t)
   # time MLP per point: 2 * (16 * 32 + 32 * 32) flops in its two matmuls
-  saved = _flops(apply, jnp.full(64, 0.3)) - _flops(apply, jnp.full((1,), 0.3))
+  flops = lambda t: timing.program_cost(apply, t).flops
+  saved = flops(jnp.full(64, 0.3)) - flops(jnp.full((1,), 0.3))
   assert saved >= 63 * 2 * (16 * 32 + 32 * 32)
   with pytest.raises(ValueError, match=r"t: expected a shape that broadcasts to .*\(64,\)"):
     model.apply(params, x, jnp.zeros(5))
