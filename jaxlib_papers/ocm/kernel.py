@@ -28,7 +28,7 @@ import numpy as np
 import optax
 
 from jaxlib_papers.core import blocks, contract, prng
-from jaxlib_papers.ocm import covariance, diffusion
+from jaxlib_papers.ocm import covariance, diffusion, models
 
 Array = jax.Array
 PyTree = Any
@@ -70,6 +70,7 @@ class DSMState(NamedTuple):
 class HeadState(NamedTuple):
   step: Array        # [] int32
   backbone: PyTree   # frozen eps-network params (never updated)
+  time_table: PyTree  # its time features at every t (models.time_feature_table), or None
   params: PyTree     # {head name: head params}
   opt_state: PyTree
   ema_params: PyTree  # EMA of params (what evaluation uses)
@@ -95,7 +96,8 @@ def dsm_loss(params: PyTree, x0: Array, key: Array, settings: DSMSettings) -> Ar
 
 
 def head_loss(params: PyTree, backbone: PyTree, x0: Array, key: Array,
-              settings: HeadSettings) -> tuple[Array, dict[str, Array]]:
+              time_table: PyTree | None = None, *, settings: HeadSettings
+              ) -> tuple[Array, dict[str, Array]]:
   """The heads' summed regression loss and each head's (``covariance.head_losses``).
 
   Each head estimates m = Var[eps | x_t] from its target y: OCM y = 1 + sg[sigma_t^2 v *
@@ -107,6 +109,9 @@ def head_loss(params: PyTree, backbone: PyTree, x0: Array, key: Array,
     backbone: the eps-network params (no gradient flows into them).
     x0: [B, ...] data.
     key: a typed PRNG key (t, eps, probes).
+    time_table: the backbone's time features at every timestep
+      (``models.time_feature_table`` of ``backbone``), or None: rows are gathered at each
+      sample's t instead of running the frozen time layers per sample (the same values).
     settings: the heads' settings.
 
   Returns:
@@ -117,7 +122,11 @@ def head_loss(params: PyTree, backbone: PyTree, x0: Array, key: Array,
   t, noise = _sample_t_noise(schedule, k_tn, x0)
   x_t = diffusion.q_sample(schedule, x0, t, noise)
   backbone = jax.lax.stop_gradient(backbone)
-  backbone_fn = lambda x: settings.model.apply(backbone, x, t)
+  if time_table is None:
+    backbone_fn = lambda x: settings.model.apply(backbone, x, t)
+  else:
+    cond = models.gather_time_features(jax.lax.stop_gradient(time_table), t)
+    backbone_fn = lambda x: settings.model.apply(backbone, x, t, time_features=cond)
   if "ocm" in heads:
     _, sigma = diffusion.marginal(schedule, t)
     sigma = sigma.reshape((-1,) + (1,) * (x0.ndim - 1))
@@ -246,17 +255,20 @@ def _head_init(key: Array, settings: HeadSettings, optimizer: optax.GradientTran
   _, features = settings.model.apply(backbone_params, example_x, t)
   params = {name: settings.head_model.init(_init_key(k), features)
             for name, k in zip(heads, keys[1:])}
-  return HeadState(jnp.zeros((), jnp.int32), backbone_params, params,
+  table = models.time_feature_table(settings.model, backbone_params,
+                                    settings.schedule.num_steps)
+  return HeadState(jnp.zeros((), jnp.int32), backbone_params, table, params,
                    optimizer.init(params), params, keys[0])
 
 
 def _head_step(state: HeadState, batch: Array, update: Callable[..., blocks.Update],
                ema_decay: float) -> tuple[HeadState, dict[str, Array]]:
   key, sub = jax.random.split(state.key)
-  new = update(state.params, state.opt_state, state.backbone, batch, sub)
+  new = update(state.params, state.opt_state, state.backbone, batch, sub, state.time_table)
   ema = blocks.ema_update(state.ema_params, new.params, ema_decay)
   metrics = {"loss": new.loss, **{f"loss_{k}": v for k, v in new.aux.items()}}
-  return (HeadState(state.step + 1, state.backbone, new.params, new.opt_state, ema, key),
+  return (HeadState(state.step + 1, state.backbone, state.time_table, new.params,
+                    new.opt_state, ema, key),
           metrics)
 
 

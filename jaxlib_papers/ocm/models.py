@@ -5,6 +5,12 @@ Every backbone is called as ``model.apply(params, x, t) -> (eps_hat, features)``
 the time embedding is computed at t's shape and broadcast, so a shared t costs its MLP once
 rather than once per sample. The heads read only the (frozen) features, as in the paper, and
 their output layer is zero-initialised.
+
+A frozen network's time path is a fixed function of the integer t, so the vector backbone
+can hand it over as a table: :func:`time_feature_table` computes what ``MLPBackbone``
+derives from t alone at every timestep once, and ``time_features=`` (rows of it gathered at
+t) takes the place of that computation. OCM's head training, whose backbone never changes,
+runs on it (``kernel.HeadState.time_table``).
 """
 
 from __future__ import annotations
@@ -29,22 +35,61 @@ class MLPBackbone(nn.Module):
   """Residual MLP eps network for vectors.
 
   x [B, D], t [B] or [1] -> (eps [B, D], features [B, W]).
+
+  Its time features are what it computes from t alone: the time embedding and each block's
+  projection of it, a tuple of ``1 + depth`` arrays [T, W] for t [T]. ``x=None`` returns
+  them, and ``time_features=`` (the tuple, each [B, W] or [1, W]) is used in place of t's
+  computation (t is then ignored): the same eps and features, without the time layers.
   """
   width: int = 256
   depth: int = 3
   time_embed_dim: int = 64
 
   @nn.compact
-  def __call__(self, x: Array, t: Array) -> tuple[Array, Array]:
-    temb = timestep_embedding(t, self.time_embed_dim)
-    temb = core_nn.Dense(self.width)(nn.silu(core_nn.Dense(self.width)(temb)))
-    h = core_nn.Dense(self.width)(x) + temb
-    for _ in range(self.depth):
+  def __call__(self, x: Array | None, t: Array | None, *,
+               time_features: tuple[Array, ...] | None = None):
+    # Layers are named as flax's automatic names would number them in this call order (the
+    # parameter tree is the same whether or not the time layers run): Dense_0 / Dense_1 the
+    # time MLP (outer / inner), Dense_2 the input, 3 + 3 b .. 5 + 3 b block b, then the output.
+    dense = lambda i, width, **kw: core_nn.Dense(width, name=f"Dense_{i}", **kw)
+    if time_features is None:
+      temb = timestep_embedding(t, self.time_embed_dim)
+      temb = dense(0, self.width)(nn.silu(dense(1, self.width)(temb)))
       # Time enters every block: the eps map changes sharply with t at small t.
-      y = core_nn.Dense(self.width)(nn.silu(h)) + core_nn.Dense(self.width, use_bias=False)(temb)
-      h = h + core_nn.Dense(self.width)(nn.silu(y))
+      project = lambda b: dense(4 + 3 * b, self.width, use_bias=False)(temb)
+      if x is None:
+        return (temb, *(project(b) for b in range(self.depth)))
+    elif len(time_features) != 1 + self.depth:
+      raise ValueError(f"time_features must hold {1 + self.depth} arrays (the embedding and "
+                       f"one per block), got {len(time_features)}")
+    else:
+      temb = time_features[0]
+      project = lambda b: time_features[1 + b]
+    h = dense(2, self.width)(x) + temb
+    for b in range(self.depth):
+      y = dense(3 + 3 * b, self.width)(nn.silu(h)) + project(b)
+      h = h + dense(5 + 3 * b, self.width)(nn.silu(y))
     features = nn.silu(h)
-    return core_nn.Dense(x.shape[-1])(features), features
+    return dense(3 + 3 * self.depth, x.shape[-1])(features), features
+
+
+def time_feature_table(model: nn.Module, params, num_steps: int) -> tuple[Array, ...] | None:
+  """A backbone's time features at every integer t in [0, num_steps], or None.
+
+  Only ``MLPBackbone`` has them (the UNet's time path is a small part of its cost); gather
+  rows with :func:`gather_time_features`.
+
+  Returns:
+    ``1 + depth`` arrays [num_steps + 1, W] (MLPBackbone), else None.
+  """
+  if not isinstance(model, MLPBackbone):
+    return None
+  return model.apply(params, None, jnp.arange(num_steps + 1))
+
+
+def gather_time_features(table: tuple[Array, ...], t: Array) -> tuple[Array, ...]:
+  """Rows t (int [B]) of :func:`time_feature_table`: each [B, W]."""
+  return tuple(a[t] for a in table)
 
 
 class VectorHead(nn.Module):

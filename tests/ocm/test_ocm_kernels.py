@@ -64,6 +64,25 @@ def test_heads_zero_init_and_frozen_backbone(setup):
   assert max(jax.tree.leaves(moved)) > 0
 
 
+def test_head_step_gathers_the_frozen_time_features(setup):
+  # The head state holds the backbone's time features at every t (computed once: the
+  # backbone never changes); a step gathering rows of that table moves the heads as the step
+  # that runs the time layers per sample. A UNet backbone has no table and keeps its path.
+  state = setup["head_state"]
+  table = models.time_feature_table(setup["model"], state.backbone, 1000)
+  assert len(state.time_table) == 2 and state.time_table[0].shape == (1001, 16)
+  _close(state.time_table, table, rtol=0, atol=0)
+  gathered, metrics = setup["head_jit"]
+  per_sample, metrics_b = jax.jit(setup["heads"].train_step)(
+      state._replace(time_table=None), setup["batch"])
+  _close(gathered.params, per_sample.params, rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose(metrics["loss"], metrics_b["loss"], rtol=1e-6)
+  unet = models.make_backbone("unet", base_channels=4, channel_mults=(1,), blocks_per_level=1,
+                              groups=2)
+  x = jnp.zeros((1, 4, 4, 1))
+  assert models.time_feature_table(unet, unet.init(jax.random.key(0), x, jnp.ones(1)), 9) is None
+
+
 def _dsm_chunked(setup, steps_per_call):
   return kernel.make_dsm_kernel(setup["model"], setup["schedule"], optax.adam(1e-2),
                                 setup["example"], ema_decay=0.9, steps_per_call=steps_per_call)

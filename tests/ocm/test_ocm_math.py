@@ -33,6 +33,26 @@ def test_backbones_embed_a_shared_timestep_once(kind, shape):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+def test_mlp_time_features_replace_the_time_path():
+  # The MLP backbone's time features (what it computes from t alone), tabulated over every
+  # t and gathered, give the eps and features of t itself; the parameter tree is the same
+  # one flax's automatic names give; a table of the wrong depth is refused.
+  model = models.MLPBackbone(width=16, depth=2, time_embed_dim=8)
+  x = jax.random.normal(jax.random.key(1), (6, 3))
+  t = jnp.array([0, 1, 17, 500, 999, 1000])
+  params = model.init(jax.random.key(0), x, t)
+  assert sorted(params["params"]) == sorted(f"Dense_{i}" for i in range(10))
+  assert params["params"]["Dense_4"]["kernel"].shape == (16, 16)  # block 0's time projection
+  assert "bias" not in params["params"]["Dense_4"]
+  table = models.time_feature_table(model, params, 1000)
+  assert [a.shape for a in table] == [(1001, 16)] * 3
+  got = model.apply(params, x, None, time_features=models.gather_time_features(table, t))
+  for a, b in zip(got, model.apply(params, x, t)):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+  with pytest.raises(ValueError, match="time_features must hold 3"):
+    model.apply(params, x, None, time_features=table[:2])
+
+
 def test_schedules_and_timesteps():
   lin = diffusion.make_schedule("linear", 1000)
   assert lin.abar[0] == 1.0 and lin.betas[1] == pytest.approx(1e-4)
