@@ -10,6 +10,13 @@ short trailing axis (``[n, 10]``, ``[B, N, S, 2]``) in 1-2 s and the flat one in
 program, and a test suite of small programs pays it hundreds of times. These functions
 draw flat and reshape; the package code uses them instead of ``jax.random``'s (a test
 greps for it). Keys, splitting and folding stay ``jax.random``'s.
+
+``normal`` and ``uniform`` (float32, typed threefry keys, JAX's default) also run faster:
+their random bits are the Threefry-2x32 hash written out round by round here. JAX lowers
+the hash on CPU as a rolled loop of five iterations, each a pass over the whole draw in
+memory that nothing fuses with; written out, XLA fuses the hash with the conversion to
+floats into one loop (a [819,200] normal draw on one core: 15.3 -> 5.9 ms; the bits alone
+11.3 -> 1.6 ms). The bits are JAX's, and so are the draws (tested).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 __all__ = ["normal", "uniform", "randint", "bernoulli", "laplace", "truncated_normal",
@@ -34,16 +42,93 @@ def _flat(draw: Callable[[tuple[int, ...]], jax.Array], shape: Shape) -> jax.Arr
   return draw((math.prod(shape),)).reshape(shape)
 
 
+# Threefry-2x32's rotation constants, the first four rounds and the next four alternately
+# (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011).
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+_PARITY = 0x1BD11BDA
+
+
+def _written_out(key: jax.Array, dtype: DTypeLike, size: int) -> bool:
+  """Whether a draw can take the written-out hash: a typed threefry key (one, or one per
+  vmapped call), float32, JAX's partitionable counters, fewer than 2^32 numbers."""
+  return (isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+          and key.shape == () and jax.random.key_impl(key) == "threefry2x32"
+          and jnp.dtype(dtype) == jnp.float32 and size < 2**32
+          and bool(jax.config.jax_threefry_partitionable))
+
+
+def _threefry_bits(words: tuple[jax.Array, jax.Array], counters: jax.Array) -> jax.Array:
+  """The random bits of the numbers at ``counters`` (uint32 [m]) of a draw: uint32 [m].
+
+  With partitionable counters, number i of a draw is the Threefry-2x32 hash of the counter
+  pair (0, i) under the key's two words, its two output words xor-ed: 20 rounds of add,
+  rotate and xor, the key schedule injected after every four.
+  """
+  ks = (*words, words[0] ^ words[1] ^ jnp.uint32(_PARITY))
+  x0 = jnp.zeros(counters.shape, jnp.uint32) + ks[0]
+  x1 = counters + ks[1]
+  for block in range(5):
+    for r in _ROTATIONS[block % 2]:
+      x0 = x0 + x1
+      x1 = x0 ^ ((x1 << jnp.uint32(r)) | (x1 >> jnp.uint32(32 - r)))
+    x0 = x0 + ks[(block + 1) % 3]
+    x1 = x1 + ks[(block + 2) % 3] + jnp.uint32(block + 1)
+  return x0 ^ x1
+
+
+def _scaled(unit: jax.Array, minval, maxval) -> jax.Array:
+  """``jax.random.uniform``'s map of [0, 1) floats onto [minval, maxval)."""
+  lo, hi = jnp.float32(minval), jnp.float32(maxval)
+  return jax.lax.max(lo, unit * (hi - lo) + lo)
+
+
+def _written_out_draw(key: jax.Array, size: int,
+                      transform: Callable[[jax.Array], jax.Array]) -> jax.Array:
+  """float32 [size]: ``transform`` of the draw's uniform [0, 1) floats (23 random mantissa
+  bits under the exponent of 1.0, minus 1, as ``jax.random.uniform`` makes them).
+
+  The numbers are made in two halves by a two-step ``lax.map``. A loop body is compiled
+  on its own, so the hash runs once, fused with the conversion and ``transform``, and its
+  result is stored; left in the caller's program, XLA would fuse the hash (~100 integer
+  operations a number) into every fusion that reads the draw and recompute it there.
+  """
+  data = jax.random.key_data(key)
+  words = (data[0], data[1])
+  one = jnp.uint32(np.array(1.0, np.float32).view(np.uint32))
+  half = -(-size // 2)
+
+  def numbers(parity):  # the numbers 2 j + parity, j < half
+    counters = jax.lax.iota(jnp.uint32, half) * jnp.uint32(2) + parity
+    bits = _threefry_bits(words, counters) >> jnp.uint32(9)
+    return transform(jax.lax.bitcast_convert_type(bits | one, jnp.float32) - jnp.float32(1.0))
+
+  pairs = jax.lax.map(numbers, jnp.arange(2, dtype=jnp.uint32))   # [2, half]
+  return pairs.T.reshape(2 * half)[:size]
+
+
 def normal(key: jax.Array, shape: Shape = (), dtype: DTypeLike = jnp.float32) -> jax.Array:
   """``jax.random.normal(key, shape, dtype)``."""
-  return _flat(lambda s: jax.random.normal(key, s, dtype), shape)
+  def draw(s):
+    if not _written_out(key, dtype, math.prod(s)):
+      return jax.random.normal(key, s, dtype)
+    # jax.random's transform: sqrt(2) erfinv(u), u uniform on (nextafter(-1, 0), 1).
+    lo = np.nextafter(np.float32(-1.0), np.float32(0.0))
+    to_normal = lambda unit: jnp.float32(np.sqrt(2.0)) * jax.lax.erf_inv(_scaled(unit, lo, 1.0))
+    return _written_out_draw(key, math.prod(s), to_normal).reshape(s)
+  return _flat(draw, shape)
 
 
 def uniform(key: jax.Array, shape: Shape = (), dtype: DTypeLike = jnp.float32,
             minval: ArrayLike = 0.0, maxval: ArrayLike = 1.0) -> jax.Array:
   """``jax.random.uniform(key, shape, dtype, minval, maxval)`` (scalar bounds)."""
   _check_scalar(minval=minval, maxval=maxval)
-  return _flat(lambda s: jax.random.uniform(key, s, dtype, minval, maxval), shape)
+
+  def draw(s):
+    if not _written_out(key, dtype, math.prod(s)):
+      return jax.random.uniform(key, s, dtype, minval, maxval)
+    return _written_out_draw(key, math.prod(s),
+                             lambda unit: _scaled(unit, minval, maxval)).reshape(s)
+  return _flat(draw, shape)
 
 
 def randint(key: jax.Array, shape: Shape, minval: ArrayLike, maxval: ArrayLike,
