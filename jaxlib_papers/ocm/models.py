@@ -52,6 +52,9 @@ class MLPBackbone(nn.Module):
     # parameter tree is the same whether or not the time layers run): Dense_0 / Dense_1 the
     # time MLP (outer / inner), Dense_2 the input, 3 + 3 b .. 5 + 3 b block b, then the output.
     dense = lambda i, width, **kw: core_nn.Dense(width, name=f"Dense_{i}", **kw)
+    if (t if time_features is None else x) is None:
+      raise ValueError("MLPBackbone needs t unless time_features are given, and x when they "
+                       "are (x=None with t returns t's time features)")
     if time_features is None:
       temb = timestep_embedding(t, self.time_embed_dim)
       temb = dense(0, self.width)(nn.silu(dense(1, self.width)(temb)))

@@ -51,6 +51,8 @@ def test_mlp_time_features_replace_the_time_path():
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
   with pytest.raises(ValueError, match="time_features must hold 3"):
     model.apply(params, x, None, time_features=table[:2])
+  with pytest.raises(ValueError, match="needs t unless time_features"):
+    model.apply(params, x, None)
 
 
 def test_schedules_and_timesteps():
