@@ -67,9 +67,15 @@ class LossSettings(NamedTuple):
 
 
 def lag_windows(x: jax.Array, lag: int) -> jax.Array:
-  """x [T, p] -> windows [T - lag, lag, p] with windows[j, k] = x[j + k] (slot 0 oldest)."""
-  length = x.shape[0]
-  return jnp.stack([x[k:length - lag + k] for k in range(lag)], axis=1)
+  """x [T, p] -> windows [T - lag, lag, p] with windows[j, k] = x[j + k] (slot 0 oldest).
+
+  One gather (numpy indexing for a numpy x): its gradient is one scatter-add, which XLA
+  keeps as an array of its own. The stack of K slices it replaces has a gradient of K
+  pads, which XLA:CPU fused into the [N, K, p, p] coefficient gradient and recomputed
+  there for every (k, j): 5 % of a training epoch (``seeds/aerca.md``, "Speed").
+  """
+  index = np.arange(x.shape[0] - lag)[:, None] + np.arange(lag)[None, :]
+  return x[index]
 
 
 def safe_norm(x: jax.Array, axis) -> jax.Array:
@@ -322,7 +328,7 @@ def make_train_kernel(nets: Networks, settings: LossSettings, train_series: jax.
   and ``loop.num_steps`` = the number of epochs.
 
   Args:
-    nets: the three GVAR blocks (trained in the layout ``nets.for_seeds(S)`` picks).
+    nets: the three GVAR blocks (trained in the layout ``nets.for_training()``).
     settings: loss weights and variants.
     train_series: [n_train, T, p], shared by every seed, or [S, n_train, T, p], one set
       per seed (S = ``train.num_seeds``; the official code's seed draws the data too).
@@ -337,7 +343,7 @@ def make_train_kernel(nets: Networks, settings: LossSettings, train_series: jax.
   """
   settings, train = settings.validate(), train.validate()
   per_seed = _check_series(nets, train_series, val_series, int(train.num_seeds))
-  nets = nets.for_seeds(int(train.num_seeds))   # the faster layout for this many seeds
+  nets = nets.for_training()   # the faster layout (same function and parameters)
   data = SeedData(jnp.asarray(train_series, jnp.float32), jnp.asarray(val_series, jnp.float32))
   tx = optax.adam(float(train.lr))
   loss = functools.partial(series_loss_value, nets, settings)

@@ -42,8 +42,7 @@ class GVAR(nn.Module):
     layers: L >= 1, number of hidden layers.
     lag_major: run the MLPs on [K, N, .] activations (the lag the leading batch axis of
       every matmul) instead of [N, K, .]; same function, same parameters, another layout
-      (which one XLA:CPU runs faster depends on the seeds vmapped around it: see
-      :meth:`Networks.for_seeds`).
+      (training uses it: :meth:`Networks.for_training`).
   """
 
   num_vars: int
@@ -95,18 +94,17 @@ class Networks:
     self.num_vars, self.lag = int(num_vars), int(lag)
     self.block = GVAR(self.num_vars, self.lag, int(hidden), int(layers), bool(lag_major))
 
-  def for_seeds(self, num_seeds: int) -> Networks:
-    """These networks in the layout that trains ``num_seeds`` vmapped seeds faster.
+  def for_training(self) -> Networks:
+    """These networks in the layout that trains faster: lag-major.
 
-    Measured on XLA:CPU (2 cores, nonlinear ``cpu`` sizes, 2026-12-04; ``seeds/aerca.md``):
-    with seeds vmapped the lag-major layout is faster (3 seeds 13-22 %, 8 seeds 27-38 % per
-    epoch: the [N, K, H] activations are no longer transposed around every matmul); for
-    one seed it is 2x slower (a single batched matmul over K runs worse than the
-    transposed one). The function and the parameters are the same in both layouts.
+    Measured on XLA:CPU (2 cores, nonlinear ``cpu`` sizes; ``seeds/aerca.md``, "Speed"):
+    3 seeds vmapped 13-22 % and 8 seeds 27-38 % less time per epoch than the ``[N, K, .]``
+    layout (whose activations are transposed around every matmul), one seed ~15 % less
+    now that ``blocks.vmap_members`` runs a single seed unvmapped (under a vmap of one it
+    was 2x slower). The function and the parameters are the same in both layouts.
     """
     block = self.block
-    return Networks(self.num_vars, self.lag, block.hidden, block.layers,
-                    lag_major=int(num_seeds) > 1)
+    return Networks(self.num_vars, self.lag, block.hidden, block.layers, lag_major=True)
 
   def init(self, key: jax.Array) -> dict:
     """PyTorch-default init of the three blocks from one uniform draw.

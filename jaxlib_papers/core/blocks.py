@@ -187,12 +187,24 @@ def vmap_members(step: Step, *, batch_axis: int | None = None,
     reduce: False keeps the ``[R]`` metrics (for a caller that reduces them itself).
 
   Returns:
-    The step of every member; member ``r``'s state is what ``step`` gives it alone.
+    The step of every member; member ``r``'s state is what ``step`` gives it alone. A
+    single member (a leading axis of size 1) runs ``step`` itself, not a vmap of one:
+    the same function, but XLA:CPU compiled AERCA's size-1 vmapped epoch 1.1-2x slower
+    than the plain one (``seeds/aerca.md``, "Speed").
   """
   vmapped = jax.vmap(step, in_axes=(0, batch_axis))
 
+  def one_member(state: PyTree, batch: PyTree) -> tuple[PyTree, Metrics]:
+    first = lambda x, axis=0: jax.lax.index_in_dim(x, 0, axis, keepdims=False)
+    if batch_axis is not None:
+      batch = jax.tree.map(lambda x: first(x, batch_axis), batch)
+    state, metrics = step(jax.tree.map(first, state), batch)
+    return jax.tree.map(lambda x: jnp.expand_dims(x, 0), (state, metrics))
+
   def members(state: PyTree, batch: PyTree) -> tuple[PyTree, Metrics]:
-    state, metrics = vmapped(state, batch)
+    leaves = jax.tree.leaves(state)
+    single = bool(leaves) and all(jnp.shape(x)[:1] == (1,) for x in leaves)
+    state, metrics = (one_member if single else vmapped)(state, batch)
     if not reduce:
       return state, metrics
     return state, reduce_members(metrics, rules, per_member=per_member)

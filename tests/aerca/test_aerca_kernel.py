@@ -45,7 +45,7 @@ def test_gvar_is_a_sum_of_coefficient_times_lagged_input():
 def test_lag_major_layout_is_the_same_function_and_gradient():
   nets = Networks(P, LAG, HIDDEN, 2)
   major = Networks(P, LAG, HIDDEN, 2, lag_major=True)
-  assert nets.for_seeds(3).block.lag_major and not major.for_seeds(1).block.lag_major
+  assert nets.for_training().block.lag_major and not nets.block.lag_major
   params = jax.jit(nets.init)(jax.random.key(0))
   windows = jnp.asarray(_series(1, 12)[0][:10].reshape(5, LAG, P))
 
@@ -65,7 +65,7 @@ def test_lag_major_layout_is_the_same_function_and_gradient():
 
 def test_lag_windows_and_forward_alignment():
   x = np.arange(7 * P, dtype=np.float32).reshape(7, P)
-  w = K.lag_windows(x, 2)     # numpy in, numpy slicing: no compilation
+  w = K.lag_windows(x, 2)     # numpy in, numpy indexing: no compilation
   assert w.shape == (5, 2, P)
   np.testing.assert_array_equal(w[3, 0], x[3])
   np.testing.assert_array_equal(w[3, 1], x[4])   # window 3 predicts x[5]

@@ -146,6 +146,27 @@ def test_vmapped_members_equal_separate_runs():
     np.testing.assert_allclose(per_member["loss"][r], metrics["loss"], rtol=1e-5)
 
 
+def test_one_member_runs_its_own_step_with_the_member_axis_kept():
+  """A size-1 member axis runs ``step`` unvmapped: the same state and metrics as the
+  vmap of one (shared and sliced batches), every leaf keeping its leading [1]."""
+  state = blocks.vmap_init(init, 1)(jax.random.key(4))
+  batch = batch_of(2)
+  vmapped = jax.vmap(step, in_axes=(0, None))
+  for batch_axis, b in ((None, batch), (0, jax.tree.map(lambda a: a[None], batch))):
+    got, metrics = jax.jit(blocks.vmap_members(step, batch_axis=batch_axis,
+                                               reduce=False))(state, b)
+    want, want_metrics = jax.jit(vmapped)(state, batch)
+    assert jax.tree.map(jnp.shape, got) == jax.tree.map(jnp.shape, want)
+    for a, c in zip(jax.tree.leaves(got.params), jax.tree.leaves(want.params)):
+      np.testing.assert_allclose(a, c, rtol=1e-6, atol=1e-7)
+    assert np.array_equal(_raw(got.key), _raw(want.key))
+    np.testing.assert_allclose(metrics["loss"], want_metrics["loss"], rtol=1e-6)
+    assert metrics["loss"].shape == (1,)
+  _, reduced = jax.jit(blocks.vmap_members(step, rules={"loss": ("mean", "max")}))(
+      state, batch)
+  assert reduced["loss"].shape == () and float(reduced["loss_max"]) == float(reduced["loss"])
+
+
 def test_partitioned_members_equal_their_own_steps_and_one_vmapped_step():
   """vmap_partition: each member runs its group's step (here Adam at 0.05 or plain SGD),
   exactly as it would alone; with one step for every group it equals vmap_members."""
