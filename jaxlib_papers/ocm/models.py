@@ -57,7 +57,7 @@ class MLPBackbone(nn.Module):
                        "are (x=None with t returns t's time features)")
     if time_features is None:
       temb = timestep_embedding(t, self.time_embed_dim)
-      temb = dense(0, self.width)(nn.silu(dense(1, self.width)(temb)))
+      temb = dense(0, self.width)(core_nn.silu(dense(1, self.width)(temb)))
       # Time enters every block: the eps map changes sharply with t at small t.
       project = lambda b: dense(4 + 3 * b, self.width, use_bias=False)(temb)
       if x is None:
@@ -70,9 +70,9 @@ class MLPBackbone(nn.Module):
       project = lambda b: time_features[1 + b]
     h = dense(2, self.width)(x) + temb
     for b in range(self.depth):
-      y = dense(3 + 3 * b, self.width)(nn.silu(h)) + project(b)
-      h = h + dense(5 + 3 * b, self.width)(nn.silu(y))
-    features = nn.silu(h)
+      y = dense(3 + 3 * b, self.width)(core_nn.silu(h)) + project(b)
+      h = h + dense(5 + 3 * b, self.width)(core_nn.silu(y))
+    features = core_nn.silu(h)
     return dense(3 + 3 * self.depth, x.shape[-1])(features), features
 
 
@@ -104,7 +104,7 @@ class VectorHead(nn.Module):
   def __call__(self, features: Array) -> Array:
     h = features
     for width in self.hidden:
-      h = nn.silu(core_nn.Dense(width)(h))
+      h = core_nn.silu(core_nn.Dense(width)(h))
     return core_nn.Dense(self.out_dim, kernel_init=nn.initializers.zeros)(h)
 
 
@@ -114,9 +114,10 @@ class _ResBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, temb: Array) -> Array:
-    h = core_nn.Conv(self.channels, (3, 3))(nn.silu(nn.GroupNorm(min(self.groups, x.shape[-1]))(x)))
-    h = h + core_nn.Dense(self.channels)(nn.silu(temb))[:, None, None, :]
-    h = nn.silu(nn.GroupNorm(min(self.groups, self.channels))(h))
+    h = core_nn.silu(nn.GroupNorm(min(self.groups, x.shape[-1]))(x))
+    h = core_nn.Conv(self.channels, (3, 3))(h)
+    h = h + core_nn.Dense(self.channels)(core_nn.silu(temb))[:, None, None, :]
+    h = core_nn.silu(nn.GroupNorm(min(self.groups, self.channels))(h))
     h = core_nn.Conv(self.channels, (3, 3))(h)
     if x.shape[-1] != self.channels:
       x = core_nn.Conv(self.channels, (1, 1))(x)
@@ -140,7 +141,7 @@ class UNet(nn.Module):
       raise ValueError(f"UNet expects x [B, H, W, C], got shape {x.shape}")
     temb_dim = 4 * self.base_channels
     temb = timestep_embedding(t, self.base_channels)
-    temb = core_nn.Dense(temb_dim)(nn.silu(core_nn.Dense(temb_dim)(temb)))
+    temb = core_nn.Dense(temb_dim)(core_nn.silu(core_nn.Dense(temb_dim)(temb)))
     h = core_nn.Conv(self.base_channels, (3, 3))(x)
     skips = [h]
     for level, mult in enumerate(self.channel_mults):
@@ -159,7 +160,7 @@ class UNet(nn.Module):
         b, hh, ww, c = h.shape
         h = jax.image.resize(h, (b, 2 * hh, 2 * ww, c), "nearest")
         h = core_nn.Conv(c, (3, 3))(h)
-    features = nn.silu(nn.GroupNorm(min(self.groups, h.shape[-1]))(h))
+    features = core_nn.silu(nn.GroupNorm(min(self.groups, h.shape[-1]))(h))
     return core_nn.Conv(x.shape[-1], (3, 3))(features), features
 
 
@@ -170,7 +171,7 @@ class ImageHead(nn.Module):
 
   @nn.compact
   def __call__(self, features: Array) -> Array:
-    h = nn.silu(core_nn.Conv(self.hidden, (3, 3))(features))
+    h = core_nn.silu(core_nn.Conv(self.hidden, (3, 3))(features))
     return core_nn.Conv(self.out_channels, (3, 3), kernel_init=nn.initializers.zeros)(h)
 
 

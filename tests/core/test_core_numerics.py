@@ -218,6 +218,22 @@ def test_time_mlp_embeds_a_shared_time_once():
     model.apply(params, x, jnp.zeros((2, 64)))  # would make 2 x 64 outputs from 64 points
 
 
+def test_silu_is_x_sigmoid_x_to_float32_rounding():
+  """core.nn.silu (the tanh form) against the exact value in float64: within 2^-22
+  max(|x|, 1), as jax.nn.silu; its gradient against the exact derivative."""
+  rng = np.random.default_rng(0)
+  x = np.concatenate([np.linspace(-100, 100, 200_001), rng.normal(0, 3, 100_000)])
+  x = x.astype(np.float32)
+  exact = x.astype(np.float64) / (1 + np.exp(-x.astype(np.float64)))
+  scale = np.maximum(np.abs(x), 1.0)
+  for f in (nn.silu, jax.nn.silu):
+    err = np.abs(np.asarray(jax.jit(f)(x), np.float64) - exact) / scale
+    assert err.max() <= 2.0 ** -22, (f, err.max())
+  sig = 1 / (1 + np.exp(-x.astype(np.float64)))
+  grad = np.asarray(jax.jit(jax.vmap(jax.grad(nn.silu)))(x), np.float64)
+  np.testing.assert_allclose(grad, sig * (1 + x * (1 - sig)), rtol=0, atol=4e-6)
+
+
 def test_presets_and_overrides():
   base = {"seed": 0, "loop": {"num_steps": 10}, "lr": 0.1}
   cfg = config_lib.make_config("cpu", base, {"cpu": {"loop.num_steps": 500}})
