@@ -189,7 +189,7 @@ def vmap_members(step: Step, *, batch_axis: int | None = None,
   Returns:
     The step of every member; member ``r``'s state is what ``step`` gives it alone. A
     single member (a leading axis of size 1) runs ``step`` itself, not a vmap of one:
-    the same function, but XLA:CPU compiled AERCA's size-1 vmapped epoch 1.1-2x slower
+    the same function, but XLA:CPU compiled AERCA's size-1 vmapped epoch 1.1-1.7x slower
     than the plain one (``seeds/aerca.md``, "Speed").
   """
   vmapped = jax.vmap(step, in_axes=(0, batch_axis))
