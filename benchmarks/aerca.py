@@ -42,23 +42,34 @@ from jaxlib_papers.aerca import kernel as K  # noqa: E402
 from jaxlib_papers.aerca import train  # noqa: E402
 from jaxlib_papers.aerca.configs.default import dataset_config  # noqa: E402
 from jaxlib_papers.aerca.models import Networks  # noqa: E402
-from jaxlib_papers.core import timing  # noqa: E402
+from jaxlib_papers.core import distributed, timing  # noqa: E402
 
 
-def ours_epoch(config, parts, num_seeds):
+def ours_epoch(config, parts, num_seeds, mesh):
   """(compile seconds, a callable running ``epochs_per_step`` epochs, epochs_per_step, one
-  epoch's :class:`timing.Cost`: XLA's counts, every scan by its trip count)."""
+  epoch's :class:`timing.Cost`: XLA's counts, every scan by its trip count).
+
+  The program is compiled over ``mesh`` as ``train_loop.run`` compiles it (state
+  replicated, traced under the mesh: on several devices one seed splits its lag windows
+  over them, S seeds a multiple of the device count run S / devices seeds per device).
+  Its cost is the one-device program's: the work, not the partitioner's padding.
+  """
   nets = Networks(int(config.data.num_vars), int(config.model.lag),
                   int(config.model.hidden), int(config.model.layers))
   settings = train.settings_from_config(config)
   kern = K.make_train_kernel(nets, settings.loss, parts["fit"], parts["val"],
                              settings.train._replace(num_seeds=num_seeds, patience=10 ** 6))
-  box = {"state": jax.jit(kern.init)(jax.random.key(0))}
+  rep = distributed.replicated(mesh)
+  box = {"state": jax.jit(distributed.traced_on(mesh, kern.init),
+                          out_shardings=rep)(jax.random.key(0))}
   start = time.perf_counter()
-  step = jax.jit(kern.train_step).lower(box["state"], None).compile()
+  step = jax.jit(distributed.traced_on(mesh, kern.train_step), in_shardings=(rep, None),
+                 out_shardings=(rep, rep)).lower(box["state"], None).compile()
   compile_s = time.perf_counter() - start
   per_step = int(config.optim.epochs_per_step)
-  cost = timing.program_cost(kern.train_step, box["state"], None, compiled=step).per(per_step)
+  alone = jax.device_get(box["state"])
+  cost = timing.program_cost(kern.train_step, alone, None,
+                             compiled=step if mesh.size == 1 else None).per(per_step)
 
   def run():
     box["state"], _ = jax.block_until_ready(step(box["state"], None))
@@ -112,14 +123,21 @@ def main(argv=None):
                       help="the largest S's time goal, in multiples of one seed's (issue 40: 3)")
   parser.add_argument("--ratio_goal", type=float, default=10.0,
                       help="one seed's official / ours goal (issue 40: 10)")
+  parser.add_argument("--devices", type=int, default=1,
+                      help="CPU devices for ours (one per core: 2 here), as train_loop.run "
+                           "uses them: one seed splits its lag windows over them, S seeds "
+                           "(a multiple of the count) run S / devices per device")
   args = parser.parse_args(argv)
+  from launch import reproduce as launcher  # pylint: disable=g-import-not-at-top
+  launcher.benchmark_cpu_devices(args.devices)   # before jax starts its backend
+  mesh = distributed.make_mesh()
   config = dataset_config(args.dataset, args.preset)
   parts = train.split(train.make_dataset(config), config)
   print(f"{args.dataset} {args.preset}: p={config.data.num_vars} T={config.data.length} "
         f"K={config.model.lag} H={config.model.hidden} L={config.model.layers}, "
         f"{len(parts['fit'])} training + {len(parts['val'])} validation series per epoch")
 
-  compile_s, ours, per_step, one_cost = ours_epoch(config, parts, 1)
+  compile_s, ours, per_step, one_cost = ours_epoch(config, parts, 1, mesh)
   torch, official = None, None
   if args.official_dir:
     torch, theirs = official_epoch(args.official_dir, config, parts, args.torch_threads)
@@ -127,7 +145,8 @@ def main(argv=None):
     for _ in range(args.repeats):          # alternating, one pair at a time
       ours_s.append(_seconds(ours) / per_step)
       theirs_s.append(_seconds(theirs))
-    print(timing.machine_line(torch) + f"; XLA:CPU on {len(os.sched_getaffinity(0))} cores")
+    print(timing.machine_line(torch) + f"; XLA:CPU on {len(os.sched_getaffinity(0))} cores, "
+          f"ours over {mesh.size} device(s)")
     row = timing.side_by_side_row("aerca", "one epoch, 1 seed", ours_s, theirs_s, compile_s,
                                   digits=3)
     print("| hot path | what | ours s | compile s | official s | official / ours |")
@@ -137,7 +156,7 @@ def main(argv=None):
     print("official functions: models/aerca.py AERCA._training_step, loss.backward, "
           "optimizer.step (its _training loop's epoch, disk save left out)")
   else:
-    print(timing.machine_line())
+    print(timing.machine_line() + f"; ours over {mesh.size} device(s)")
     print("official code not timed (pass --official_dir=<checkout of hanxiao0607/AERCA> "
           "with torch importable: the [bench] extra)")
 
@@ -146,7 +165,7 @@ def main(argv=None):
   for num_seeds in [int(s) for s in args.seeds.split(",")]:
     # one seed's program is the one compiled above: not compiled twice
     c, run, per, cost = ((compile_s, ours, per_step, one_cost) if num_seeds == 1
-                         else ours_epoch(config, parts, num_seeds))
+                         else ours_epoch(config, parts, num_seeds, mesh))
     samples = [_seconds(run) / per for _ in range(args.repeats)]
     median = float(np.median(samples))
     one = median if num_seeds == 1 else one

@@ -20,6 +20,11 @@ loop's ``num_steps`` is the number of epochs and its ``steps_per_call`` is
 ``epochs_per_step``. Once every seed has stopped an epoch is a no-op (``lax.cond`` outside
 the vmap; the epoch counter stands still), so a loop of ``max_epochs`` steps costs only
 what the seeds actually train.
+
+Devices: under ``train_loop.run``'s mesh of several devices, S seeds (a multiple of the
+device count) run S / devices per device (``vmap_members(split=True)``); otherwise each
+series' lag windows are split over the devices (``distributed.split`` in :func:`forward`).
+On one device both are no-ops.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import numpy as np
 import optax
 
 from jaxlib_papers.aerca.models import Networks
-from jaxlib_papers.core import blocks, contract
+from jaxlib_papers.core import blocks, contract, distributed
 
 KL_FORMS = ("code", "paper")
 SMOOTH_AXES = ("lag", "time")
@@ -158,13 +163,19 @@ def encode(nets: Networks, params, x: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def forward(nets: Networks, params, x: jax.Array) -> Forward:
-  """Encoder and decoder on one series x [T, p] (T > 2K)."""
+  """Encoder and decoder on one series x [T, p] (T > 2K).
+
+  The windows are the series' batch: traced under a mesh of several devices
+  (``train_loop.run``), each device computes its share of them
+  (``distributed.split``; the loss's sums and the gradient cross devices).
+  """
   lag = nets.lag
-  x_windows = lag_windows(x, lag)
+  x_windows = distributed.split(lag_windows(x, lag))
   preds, psi = nets.apply(params["encoder"], x_windows)
   s = preds - x[lag:]
-  s_pred, phi = nets.apply(params["decoder"], lag_windows(s, lag))
-  prev_pred, phi_prev = nets.apply(params["decoder_prev"], x_windows[:x.shape[0] - 2 * lag])
+  s_pred, phi = nets.apply(params["decoder"], distributed.split(lag_windows(s, lag)))
+  prev_pred, phi_prev = nets.apply(params["decoder_prev"],
+                                   distributed.split(x_windows[:x.shape[0] - 2 * lag]))
   recon = s_pred + s[lag:] + prev_pred
   return Forward(s, psi, recon, x[2 * lag:], phi, phi_prev)
 
@@ -352,7 +363,7 @@ def make_train_kernel(nets: Networks, settings: LossSettings, train_series: jax.
                                   data.train_series.shape[-3], batch_axis=0, metrics="sum")
   problem = EpochProblem(train_epoch, loss, int(train.patience))
   members = blocks.vmap_members(functools.partial(seed_epoch, problem),
-                                batch_axis=0 if per_seed else None)
+                                batch_axis=0 if per_seed else None, split=True)
   epochs = blocks.scan_steps(functools.partial(one_epoch, members, data),
                              int(train.epochs_per_step), metrics="last")
   init_seeds = blocks.vmap_init(functools.partial(init_seed, nets, tx), int(train.num_seeds))

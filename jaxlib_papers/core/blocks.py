@@ -34,6 +34,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxlib_papers.core import distributed
+
 PyTree = Any
 Metrics = dict[str, jax.Array]
 Step = Callable[[PyTree, PyTree], tuple[PyTree, Metrics]]
@@ -176,7 +178,8 @@ def reduce_members(metrics: Metrics,
 
 def vmap_members(step: Step, *, batch_axis: int | None = None,
                  rules: Mapping[str, Sequence[str]] | None = None,
-                 per_member: bool = False, reduce: bool = True) -> Step:
+                 per_member: bool = False, reduce: bool = True,
+                 split: bool = False) -> Step:
   """``step`` over a leading member axis of the state (seeds or numeric variants).
 
   Args:
@@ -185,6 +188,11 @@ def vmap_members(step: Step, *, batch_axis: int | None = None,
       this axis, one slice per member.
     rules, per_member: how per-member metrics become scalars (:func:`reduce_members`).
     reduce: False keeps the ``[R]`` metrics (for a caller that reduces them itself).
+    split: split the member axis over the devices of the mesh the program is traced under
+      (``distributed.split``; ``train_loop.run`` traces under its mesh) when that many
+      devices divide R: each device runs its own members and nothing crosses devices
+      inside ``step``, whose own ``distributed.split`` calls are then no-ops. Otherwise,
+      and without a mesh of several devices, it changes nothing.
 
   Returns:
     The step of every member; member ``r``'s state is what ``step`` gives it alone. A
@@ -201,10 +209,25 @@ def vmap_members(step: Step, *, batch_axis: int | None = None,
     state, metrics = step(jax.tree.map(first, state), batch)
     return jax.tree.map(lambda x: jnp.expand_dims(x, 0), (state, metrics))
 
+  def split_members(state: PyTree, batch: PyTree) -> tuple[PyTree, Metrics]:
+    state = jax.tree.map(distributed.split, state)
+    if batch_axis is not None:
+      batch = jax.tree.map(lambda x: distributed.split(x, batch_axis), batch)
+    with distributed.axis_taken():
+      state, metrics = vmapped(state, batch)
+    return jax.tree.map(distributed.split, state), metrics
+
   def members(state: PyTree, batch: PyTree) -> tuple[PyTree, Metrics]:
     leaves = jax.tree.leaves(state)
+    size = jnp.shape(leaves[0])[0] if leaves else 0
     single = bool(leaves) and all(jnp.shape(x)[:1] == (1,) for x in leaves)
-    state, metrics = (one_member if single else vmapped)(state, batch)
+    devices = distributed.split_count()
+    if single:
+      state, metrics = one_member(state, batch)
+    elif split and devices > 1 and size % devices == 0:
+      state, metrics = split_members(state, batch)
+    else:
+      state, metrics = vmapped(state, batch)
     if not reduce:
       return state, metrics
     return state, reduce_members(metrics, rules, per_member=per_member)

@@ -4,11 +4,22 @@ The suite runs one SPMD program over one :class:`jax.sharding.Mesh` spanning eve
 of every process: the batch is split on the ``data`` axis, parameters are replicated. Past
 one machine, :func:`maybe_initialize` starts JAX's own distributed runtime; nothing here
 schedules work by hand.
+
+Inside a program, a kernel whose batch is not an input (AERCA's lag windows of one series,
+a vmapped member axis) says which axis of an intermediate array to split with
+:func:`split`; the train loop traces its kernel under the mesh (:func:`traced_on`), so that
+request reaches XLA's partitioner, and it is a no-op wherever no mesh (or a mesh of one
+device) is in scope: the same kernel runs unchanged on one device, eagerly, or under
+``jax.jit`` alone.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 import os
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -24,6 +35,9 @@ _CLUSTER_ENV_VARS = (
     "MEGASCALE_COORDINATOR_ADDRESS",
 )
 _initialized = False
+# mesh axes an enclosing split already uses while a program is traced (:func:`axis_taken`)
+_TAKEN: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "jaxlib_papers_axes_taken", default=frozenset())
 
 
 def maybe_initialize(
@@ -129,3 +143,57 @@ def replicate(tree: Any, mesh: Mesh) -> Any:
   return jax.tree.map(
       lambda x: jax.make_array_from_callback(
           np.shape(x), sharding, lambda idx: np.asarray(x)[idx]), tree)
+
+
+def traced_on(mesh: Mesh, fn: Callable[..., Any]) -> Callable[..., Any]:
+  """``fn`` traced with ``mesh`` as the program's mesh (jax's abstract mesh), so that the
+  :func:`split` calls inside it, made while ``jax.jit`` traces it, see the mesh's axes.
+  Wrap the function before jitting it (``jax.jit(traced_on(mesh, step))``)."""
+  abstract = mesh.abstract_mesh
+
+  @functools.wraps(fn)
+  def traced(*args, **kwargs):
+    with jax.sharding.use_abstract_mesh(abstract):
+      return fn(*args, **kwargs)
+
+  return traced
+
+
+def split_count(axis_name: str = DATA_AXIS) -> int:
+  """Devices on ``axis_name`` of the mesh being traced under (:func:`traced_on`); 1 when
+  there is no such mesh or axis, or an enclosing split already uses the axis
+  (:func:`axis_taken`)."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or axis_name not in mesh.axis_names or axis_name in _TAKEN.get():
+    return 1
+  return int(mesh.shape[axis_name])
+
+
+@contextlib.contextmanager
+def axis_taken(axis_name: str = DATA_AXIS) -> Iterator[None]:
+  """While tracing inside it, :func:`split` over ``axis_name`` is a no-op (an outer axis,
+  such as ``blocks.vmap_members``' member axis, is already split over those devices)."""
+  token = _TAKEN.set(_TAKEN.get() | {axis_name})
+  try:
+    yield
+  finally:
+    _TAKEN.reset(token)
+
+
+def split(x: Any, axis: int = 0, axis_name: str = DATA_AXIS) -> Any:
+  """``x`` with its axis ``axis`` split over the devices of ``axis_name`` (XLA's partitioner
+  computes each device's part there and moves data only where an operation needs it).
+
+  A no-op (``x`` itself) unless ``x`` is being traced under a mesh whose ``axis_name``
+  has more than one device and no enclosing split uses it (:func:`split_count`). The
+  axis need not divide evenly (XLA pads the last part). It changes where values are
+  computed, not what they are: results equal the unsplit program's up to float rounding.
+  """
+  if split_count(axis_name) == 1 or not isinstance(x, jax.core.Tracer):
+    return x
+  if not -x.ndim <= axis < x.ndim:
+    raise ValueError(f"axis must be in [-{x.ndim}, {x.ndim}) for an array of shape "
+                     f"{x.shape}; got {axis}")
+  spec = [None] * x.ndim
+  spec[axis] = axis_name
+  return jax.lax.with_sharding_constraint(x, PartitionSpec(*spec))

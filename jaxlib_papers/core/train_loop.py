@@ -5,7 +5,9 @@ pure functions ``init`` and ``train_step`` is accepted); the loop never
 looks inside the state. It
 
 * builds one mesh over all devices, replicates the state and shards each batch's leading
-  axis on ``data``, and jits ``train_step`` with those shardings and the state donated;
+  axis on ``data``, and jits ``train_step`` with those shardings and the state donated,
+  traced under the mesh (``distributed.traced_on``: the kernel's own
+  ``distributed.split`` requests reach XLA);
 * prints progress (step, loss, steps/s, ETA) on process 0 and writes every step's metrics
   to ``workdir/metrics.jsonl`` and TensorBoard;
 * checkpoints with orbax every ``loop.checkpoint_every`` steps and at the end, and
@@ -136,7 +138,7 @@ def run(
   main = distributed.is_main_process()
   verbose = main and not bool(config.loop.get("quiet", False))
 
-  init_fn = jax.jit(kernel.init, out_shardings=replicated)
+  init_fn = jax.jit(distributed.traced_on(mesh, kernel.init), out_shardings=replicated)
   state = init_fn(jax.random.key(int(config.seed)))
   start = 0
   resumed_from = None
@@ -171,7 +173,7 @@ def run(
       writer = writers.MetricWriter(workdir, resume_step=resumed_from)
 
   step_fn = jax.jit(
-      kernel.train_step,
+      distributed.traced_on(mesh, kernel.train_step),
       in_shardings=(replicated, batch_sharding),
       out_shardings=(replicated, replicated),
       donate_argnums=(0,),

@@ -187,6 +187,25 @@ def test_train_kernel_single_device_equals_train_loop_on_8_devices(trained):
   assert result.history[-1]["loss"] < result.history[0]["loss"] * 1.5
 
 
+@pytest.mark.parametrize("num_seeds", [1, 8])
+def test_windows_or_seeds_split_over_8_devices_train_as_on_one(num_seeds):
+  """train_loop on the 8-device mesh: one seed splits its lag windows over the devices,
+  8 seeds run one per device (``vmap_members(split=True)``); both train as on one device
+  up to float32 rounding (the fixture's 2 seeds: windows split inside the vmap)."""
+  nets = Networks(P, LAG, HIDDEN, 1)
+  kern = K.make_train_kernel(nets, K.LossSettings(), _series(4, seed=5), _series(2, seed=6),
+                             TRAIN._replace(num_seeds=num_seeds))
+  runs = [train_loop.run(kern, None, _config(4), None, mesh=mesh, steps_per_call=2)
+          for mesh in (distributed.make_mesh(),
+                       distributed.make_mesh(devices=jax.devices()[:1]))]
+  assert runs[0].state.epoch.sharding.mesh.size == 8
+  for a, b in zip(jax.tree.leaves(runs[0].state), jax.tree.leaves(runs[1].state)):
+    np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
+                               rtol=2e-5, atol=2e-6)
+  np.testing.assert_allclose(runs[0].history[-1]["loss"], runs[1].history[-1]["loss"],
+                             rtol=2e-5)
+
+
 def test_resume_equals_uninterrupted(trained, tmp_path):
   kern, _, _, _, result, _ = trained
   mesh = distributed.make_mesh()

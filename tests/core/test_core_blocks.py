@@ -16,7 +16,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxlib_papers.core import blocks, contract, results, stages
+from jaxlib_papers.core import blocks, contract, distributed, results, stages
 
 
 class State(NamedTuple):
@@ -165,6 +165,31 @@ def test_one_member_runs_its_own_step_with_the_member_axis_kept():
   _, reduced = jax.jit(blocks.vmap_members(step, rules={"loss": ("mean", "max")}))(
       state, batch)
   assert reduced["loss"].shape == () and float(reduced["loss_max"]) == float(reduced["loss"])
+
+
+@pytest.mark.parametrize("members", [8, 6])
+def test_split_members_run_on_their_own_devices_and_equal_the_vmap(members):
+  """``vmap_members(split=True)`` traced under the 8-device mesh: with 8 members each
+  device runs one ([1, 3] weights in XLA's program) and every member's state and metrics
+  are the vmap's; with 6 (not a multiple of 8) it is the vmap itself. Each member
+  trains on its own slice of the batch (``batch_axis=0``)."""
+  mesh = distributed.make_mesh()
+  rep = distributed.replicated(mesh)
+  state = blocks.vmap_init(init, members)(jax.random.key(6))
+  batch = jax.tree.map(lambda a: np.stack([a * (1 + 0.1 * i) for i in range(members)]),
+                       batch_of(6))
+  train = lambda split: blocks.scan_steps(blocks.vmap_members(
+      step, batch_axis=0, split=split, reduce=False), 3, metrics="stack")
+  compiled = {split: jax.jit(distributed.traced_on(mesh, train(split)), in_shardings=rep,
+                             out_shardings=rep).lower(state, batch).compile()
+              for split in (True, False)}
+  assert ("f32[1,3]" in compiled[True].as_text()) == (members == 8)
+  assert "f32[1,3]" not in compiled[False].as_text()
+  (got, got_m), (want, want_m) = (compiled[s](state, batch) for s in (True, False))
+  for a, b in zip(jax.tree.leaves(got.params), jax.tree.leaves(want.params)):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+  assert np.array_equal(_raw(got.key), _raw(want.key))
+  np.testing.assert_allclose(got_m["loss"], want_m["loss"], rtol=1e-6)
 
 
 def test_partitioned_members_equal_their_own_steps_and_one_vmapped_step():

@@ -228,3 +228,39 @@ def test_train_loop_with_compiler_options_trains_the_same():
                          compiler_options=compiler.cpu_threaded_dots())
   assert_trees_close(jax.device_get(plain.state.params), jax.device_get(tuned.state.params),
                      atol=1e-5)
+
+
+def _compiled_text(fn, *args, mesh=None):
+  """XLA's text of ``fn`` compiled over ``mesh`` (arguments replicated) or alone."""
+  if mesh is None:
+    return jax.jit(fn).lower(*args).compile().as_text()
+  rep = distributed.replicated(mesh)
+  return jax.jit(distributed.traced_on(mesh, fn), in_shardings=rep,
+                 out_shardings=rep).lower(*args).compile().as_text()
+
+
+def test_split_reaches_xla_only_under_a_mesh_of_several_devices():
+  """``distributed.split``: traced under the 8-device mesh each device computes 2 of the
+  16 rows (its [2, 4] part appears in XLA's program) and the result is the same; alone,
+  eagerly, under a one-device mesh or inside ``axis_taken`` it is a no-op."""
+  mesh = distributed.make_mesh()
+  x = jnp.arange(64.0, dtype=jnp.float32).reshape(16, 4)
+  f = lambda v: jnp.sin(distributed.split(v)) * 2.0
+  assert "f32[2,4]" in _compiled_text(f, x, mesh=mesh)
+  assert "f32[2,4]" not in _compiled_text(f, x)
+  assert "f32[2,4]" not in _compiled_text(
+      f, x, mesh=distributed.make_mesh(devices=jax.devices()[:1]))
+
+  def taken(v):
+    with distributed.axis_taken():
+      return f(v)
+  assert "f32[2,4]" not in _compiled_text(taken, x, mesh=mesh)
+  split = jax.jit(distributed.traced_on(mesh, f),
+                  in_shardings=distributed.replicated(mesh))(x)
+  np.testing.assert_allclose(np.asarray(split), np.sin(np.asarray(x)) * 2, rtol=1e-6)
+  assert distributed.split(x) is x                       # eager: unchanged
+  columns = lambda v: distributed.split(v, axis=1) + 1.0   # 4 columns over 8: padded
+  np.testing.assert_array_equal(
+      np.asarray(jax.jit(distributed.traced_on(mesh, columns))(x)), np.asarray(x) + 1)
+  with pytest.raises(ValueError, match="axis must be in"):
+    jax.jit(distributed.traced_on(mesh, lambda v: distributed.split(v, axis=2)))(x)
