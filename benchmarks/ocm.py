@@ -40,6 +40,8 @@ with the batch split over them, replicated parameters and an all-reduced gradien
 package's train loop runs on every device (``core.distributed``): on a CPU, devices are
 how a program of small matmuls gets more than one core. It times the step on a batch placed
 once; the launcher end to end is slower on two CPU devices than on one (``seeds/ocm.md``).
+It also adds a row of the sampler with the samples split over the devices, compiled as
+``ocm.evaluate`` compiles it (traced under the mesh: ``diffusion.sample`` splits them).
 ``--profile`` adds where the time goes on each side. Without ``--official_dir`` only ours
 is timed, and the script says so.
 
@@ -132,6 +134,12 @@ class Ours:
                       "cost": timing.program_cost(chunked.train_step, state, batch,
                                                   compiled=step.compiled
                                                   ).per(args.steps_per_call)}
+      # the sampler as ocm.evaluate compiles it: traced under the mesh, samples split
+      over = timing.compile_and_time(
+          jax.jit(distributed.traced_on(mesh, sample),
+                  out_shardings=distributed.replicated(mesh)),
+          self.x_T, self.sample_key, repeats=0)
+      self.sharded |= {"sample": over.compiled, "sample_compile_s": over.compile_seconds}
     # XLA's counts of one unit of each row (a head step, a sampling pass)
     self.costs = {
         "step": timing.program_cost(self.heads.train_step, self.state, self.x0,
@@ -164,6 +172,11 @@ class Ours:
   def run_sample(self, n: int) -> None:
     for _ in range(n):
       out = self.sample(self.x_T, self.sample_key)
+    jax.block_until_ready(out)
+
+  def run_sharded_sample(self, n: int) -> None:
+    for _ in range(n):
+      out = self.sharded["sample"](self.x_T, self.sample_key)
     jax.block_until_ready(out)
 
 
@@ -511,8 +524,9 @@ def main():
                       help="head steps per timed sample (sampling: a quarter of it)")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--devices", type=int, default=1,
-                      help="CPU devices to expose (one per core: 2 here); > 1 adds a row of "
-                           "the 10-per-call head step with the batch split over them")
+                      help="CPU devices to expose (one per core: 2 here); > 1 adds rows of "
+                           "the 10-per-call head step with the batch split over them and of "
+                           "sampling with the samples split over them")
   parser.add_argument("--compiler_options", choices=("cpu_threaded_dots", "default"),
                       default=str(config.compiler_options),
                       help="ours' train steps compiled with the config's compiler_options "
@@ -567,6 +581,12 @@ def main():
         "OCM covariance, DDPM", ours.sample_compile_s, ours.run_sample,
         official.run_sample if official else None, inner_sample, args.repeats,
         warmup=inner_sample, cost=ours.costs["sample"])
+  if ours.sharded is not None:
+    bench(rows, f"sampling K={args.sample_steps}, samples over {args.devices} CPU devices "
+          "(ours: as ocm.evaluate splits them)", f"{size}, {args.sample_batch} samples, "
+          "OCM covariance, DDPM", ours.sharded["sample_compile_s"], ours.run_sharded_sample,
+          official.run_sample if official else None, inner_sample, args.repeats,
+          warmup=inner_sample, cost=ours.costs["sample"])
   timing.print_limit_table(
       ["hot path", "size", "ours ms, median (min-max)", "ours compile s",
        "official ms, median (min-max)", "official / ours, median (min-max)"], rows)

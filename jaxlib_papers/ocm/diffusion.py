@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxlib_papers.core import prng
+from jaxlib_papers.core import distributed, prng
 
 Array = jax.Array
 # predict(x_t [B, ...], t: int scalar array) -> (eps_hat [B, ...], x0_cov broadcastable to x_t)
@@ -178,6 +178,10 @@ def sample(predict: Predictor, schedule: Schedule, timesteps: np.ndarray, x_T: A
 
   Returns:
     x0 samples [B, ...].
+
+  Traced under a mesh of several devices (``core.distributed.traced_on``), the samples are
+  split over them (``distributed.split``): each device runs the chain on its share, the
+  same values (on one device, or under ``jax.jit`` alone, nothing changes).
   """
   timesteps = np.asarray(timesteps)
   if timesteps.ndim != 1 or timesteps.shape[0] < 2 or np.any(np.diff(timesteps) <= 0):
@@ -191,9 +195,9 @@ def sample(predict: Predictor, schedule: Schedule, timesteps: np.ndarray, x_T: A
     eps, x0_cov = predict(x, t)
     mean, var = reverse_moments(schedule, x, t, s, eps, x0_cov, eta, clip_x0)
     x = mean + jnp.sqrt(var) * prng.normal(k, x.shape, x.dtype)
-    return x, None
+    return distributed.split(x), None
 
-  x, _ = jax.lax.scan(body, x_T, (ts, ss, keys))
+  x, _ = jax.lax.scan(body, distributed.split(x_T), (ts, ss, keys))
   t0 = jnp.asarray(timesteps[0])
   eps, _ = predict(x, t0)
   x0_hat, _ = predict_x0(schedule, x, t0, eps, clip_x0)

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxlib_papers.core import prng
+from jaxlib_papers.core import distributed, prng
 from jaxlib_papers.ocm import covariance, diffusion, kernel
 
 Array = jax.Array
@@ -159,13 +159,19 @@ def _nelbo_rows(setup: _Setup, bounds: dict, i: int, is_image: bool
 
 def _sample_rows(setup: _Setup, quality: _Quality, ts: np.ndarray, x_T: Array, key: Array,
                  first: bool) -> tuple[dict[str, float], ...]:
-  """MMD (DDPM), MMD (DDIM, at the first quality K only), FID and samples per method."""
-  predict = setup.predict
+  """MMD (DDPM), MMD (DDIM, at the first quality K only), FID and samples per method.
 
-  @jax.jit
+  The samples are split over every device (``diffusion.sample`` traced under the mesh of
+  all devices) and come back whole (replicated).
+  """
+  predict = setup.predict
+  mesh = distributed.make_mesh()
+
   def sample_fn(idx, x_T, k, eta):
     return diffusion.sample(lambda x, t: predict(x, t, idx), setup.schedule, ts, x_T, k,
                             eta=eta, clip_x0=setup.bound.clip_x0)
+  sample_fn = jax.jit(distributed.traced_on(mesh, sample_fn),
+                      out_shardings=distributed.replicated(mesh))
 
   mmd, mmd_ddim, fid, kept = {}, {}, {}, {}
   for idx, name in enumerate(setup.names):

@@ -8,6 +8,7 @@ import numpy as np
 import optax
 import pytest
 
+from jaxlib_papers.core import distributed
 from jaxlib_papers.core.precision import enable_x64
 from jaxlib_papers.ocm import covariance, diffusion, gmm, kernel, models
 
@@ -264,6 +265,29 @@ def test_gaussian_data_ocm_head_then_sampler(schedule):
                                atol=4 * float(std.max()) / np.sqrt(n))
     # Var of a sample variance ~ 2 s^4 / n; the last (mean) step removes Var[x0|x_1] ~ 1e-4.
     np.testing.assert_allclose(samples.var(0), std**2, rtol=4 * np.sqrt(2 / n) + 2e-3)
+
+
+def test_sampler_splits_the_samples_over_the_mesh_and_returns_the_same(schedule):
+  """Traced under the 8-device mesh (as ``ocm.evaluate`` compiles it) the sampler runs
+  8 of the 64 chains on each device ([8, 2] parts in XLA's program) and returns the
+  samples of the one-device program."""
+  data = _gaussian(jnp.float32)
+  oracle = gmm.GMMOracle(data, schedule.abar)
+  ts = diffusion.skip_timesteps(10, 1000)
+
+  def predict(x_t, t):
+    eps, _ = oracle.eps_and_h(x_t, t)
+    return eps, covariance.x0_covariance("ocm", jnp.asarray(schedule.abar)[t],
+                                         eps_var=jnp.ones((2,), jnp.float32), max_var=10.0)
+
+  sample = lambda x, k: diffusion.sample(predict, schedule, ts, x, k)
+  x_T, key = jax.random.normal(jax.random.key(5), (64, 2)), jax.random.key(6)
+  mesh = distributed.make_mesh()
+  split = jax.jit(distributed.traced_on(mesh, sample), out_shardings=distributed.replicated(mesh))
+  assert "f32[8,2]" in split.lower(x_T, key).compile().as_text()
+  assert "f32[8,2]" not in jax.jit(sample).lower(x_T, key).compile().as_text()
+  np.testing.assert_allclose(np.asarray(split(x_T, key)), np.asarray(jax.jit(sample)(x_T, key)),
+                             rtol=1e-6, atol=1e-6)
 
 
 def _exact_predictor(data, schedule):
