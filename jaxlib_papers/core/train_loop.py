@@ -18,10 +18,18 @@ looks inside the state. It
 
 Resumption is exact (same final state as an uninterrupted run) because the state holds
 the PRNG key and ``data(step)`` depends on the step only.
+
+Runs of one kernel share its compiled programs: the jitted ``init`` and ``train_step`` are
+kept per (function, mesh, compiler options), so a second run of the same kernel (another
+tau of FSBM, a resumed stage in the same process) neither traces nor compiles again. A
+fresh ``jax.jit`` per run would be a new function to jax's cache, and every run would
+compile its programs anew (FSBM's smoke check compiled its alternation eight times, ~10 s
+each, for three kernels; ``benchmarks/README.md``).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import pathlib
@@ -60,6 +68,42 @@ class TrainResult(NamedTuple):
   #                                    metrics...}; a resumed run's earlier rows come from
   #                                    workdir/metrics.jsonl (on process 0)
   resumed_from: int | None           # checkpoint step this call started from, if any
+
+
+# Programs of the kernels run last (a kernel's step holds its compiled executables and
+# whatever its closure holds, so only the most recent few are kept).
+_PROGRAMS_KEPT = 16
+
+
+@functools.lru_cache(maxsize=_PROGRAMS_KEPT)
+def _init_program(init: Callable[..., PyTree], mesh: jax.sharding.Mesh):
+  return jax.jit(distributed.traced_on(mesh, init), out_shardings=distributed.replicated(mesh))
+
+
+@functools.lru_cache(maxsize=_PROGRAMS_KEPT)
+def _step_program(train_step: Callable[..., Any], mesh: jax.sharding.Mesh,
+                  compiler_options: tuple[tuple[str, Any], ...] | None):
+  replicated = distributed.replicated(mesh)
+  return jax.jit(
+      distributed.traced_on(mesh, train_step),
+      in_shardings=(replicated, distributed.data_sharding(mesh)),
+      out_shardings=(replicated, replicated),
+      donate_argnums=(0,),
+      compiler_options=None if compiler_options is None else dict(compiler_options))
+
+
+def _programs(kernel: TrainKernel, mesh: jax.sharding.Mesh,
+              compiler_options: Mapping[str, Any] | None):
+  """(jitted init, jitted train_step) of ``kernel`` on ``mesh``: the ones an earlier run
+  of the same functions made, where they can be looked up (hashable functions and
+  options), else new ones."""
+  options = None if compiler_options is None else tuple(sorted(compiler_options.items()))
+  try:
+    return (_init_program(kernel.init, mesh),
+            _step_program(kernel.train_step, mesh, options))
+  except TypeError:  # an unhashable callable or option value: jit afresh
+    return (_init_program.__wrapped__(kernel.init, mesh),
+            _step_program.__wrapped__(kernel.train_step, mesh, options))
 
 
 def _format_seconds(seconds: float) -> str:
@@ -133,12 +177,10 @@ def run(
   if "seed" not in config:
     raise ValueError("config.seed is missing")
   mesh = distributed.make_mesh() if mesh is None else mesh
-  replicated = distributed.replicated(mesh)
-  batch_sharding = distributed.data_sharding(mesh)
   main = distributed.is_main_process()
   verbose = main and not bool(config.loop.get("quiet", False))
 
-  init_fn = jax.jit(distributed.traced_on(mesh, kernel.init), out_shardings=replicated)
+  init_fn, step_fn = _programs(kernel, mesh, compiler_options)
   state = init_fn(jax.random.key(int(config.seed)))
   start = 0
   resumed_from = None
@@ -171,13 +213,6 @@ def run(
         print(f"[{name}] resumed from {workdir / 'checkpoints'} at step {latest}", flush=True)
     if main:
       writer = writers.MetricWriter(workdir, resume_step=resumed_from)
-
-  step_fn = jax.jit(
-      distributed.traced_on(mesh, kernel.train_step),
-      in_shardings=(replicated, batch_sharding),
-      out_shardings=(replicated, replicated),
-      donate_argnums=(0,),
-      compiler_options=None if compiler_options is None else dict(compiler_options))
 
   # A resumed run's history starts with the rows the interrupted runs wrote (the file is
   # cut back to the checkpoint by the writer), so results built from it do not depend on

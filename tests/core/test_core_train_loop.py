@@ -230,6 +230,33 @@ def test_train_loop_with_compiler_options_trains_the_same():
                      atol=1e-5)
 
 
+def test_runs_of_one_kernel_share_its_programs():
+  """A second run of the same kernel traces (so compiles) nothing and trains the same; a
+  run on another mesh, or with other compiler options, gets programs of its own."""
+  base = make_kernel()
+  traces = {"init": 0, "train_step": 0}
+
+  def counted(name):
+    def fn(*args):
+      traces[name] += 1  # runs only while jax traces
+      return getattr(base, name)(*args)
+    return fn
+
+  kernel = Regression(counted("init"), counted("train_step"))
+  data, config = make_data(), make_config()
+  first = train_loop.run(kernel, data, config, None)
+  second = train_loop.run(kernel, data, config, None)
+  assert traces == {"init": 1, "train_step": 1}
+  assert_trees_close(params_of(first), params_of(second), atol=0)
+  assert first.history == second.history
+  one_device = distributed.make_mesh(devices=jax.devices()[:1])
+  train_loop.run(kernel, data, config, None, mesh=one_device)
+  assert traces == {"init": 2, "train_step": 2}
+  train_loop.run(kernel, data, config, None, mesh=one_device,
+                 compiler_options=compiler.cpu_threaded_dots())
+  assert traces == {"init": 2, "train_step": 3}
+
+
 def _compiled_text(fn, *args, mesh=None):
   """XLA's text of ``fn`` compiled over ``mesh`` (arguments replicated) or alone."""
   if mesh is None:
