@@ -83,7 +83,7 @@ _NO_YNN_FUSIONS = "--xla_cpu_experimental_ynn_fusion_type="
 
 
 @reproduce.register("fsbm", parts=("stunnel", "vneck", "opinion"),
-                    cpu_seconds={"stunnel": 203, "vneck": 199, "opinion": 159},
+                    cpu_seconds={"stunnel": 177, "vneck": 173, "opinion": 136},
                     xla_flags={"stunnel": _NO_YNN_FUSIONS, "vneck": _NO_YNN_FUSIONS})
 def check(ctx) -> list[reproduce.Claim]:
   claims = []
