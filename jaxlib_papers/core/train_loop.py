@@ -70,9 +70,10 @@ class TrainResult(NamedTuple):
   resumed_from: int | None           # checkpoint step this call started from, if any
 
 
-# Programs of the kernels run last (a kernel's step holds its compiled executables and
-# whatever its closure holds, so only the most recent few are kept).
-_PROGRAMS_KEPT = 16
+# Programs of the kernels run last: a kernel's jitted step holds its compiled executables
+# and whatever the kernel's closures hold (data, on an accelerator device memory), so only
+# the last few are kept (a method's runs of one kernel come one after another).
+_PROGRAMS_KEPT = 4
 
 
 @functools.lru_cache(maxsize=_PROGRAMS_KEPT)
@@ -95,15 +96,18 @@ def _step_program(train_step: Callable[..., Any], mesh: jax.sharding.Mesh,
 def _programs(kernel: TrainKernel, mesh: jax.sharding.Mesh,
               compiler_options: Mapping[str, Any] | None):
   """(jitted init, jitted train_step) of ``kernel`` on ``mesh``: the ones an earlier run
-  of the same functions made, where they can be looked up (hashable functions and
-  options), else new ones."""
+  of the same function made, where it can be looked up (a hashable function and options),
+  else new ones."""
   options = None if compiler_options is None else tuple(sorted(compiler_options.items()))
-  try:
-    return (_init_program(kernel.init, mesh),
-            _step_program(kernel.train_step, mesh, options))
-  except TypeError:  # an unhashable callable or option value: jit afresh
-    return (_init_program.__wrapped__(kernel.init, mesh),
-            _step_program.__wrapped__(kernel.train_step, mesh, options))
+
+  def kept(program, *key):
+    try:
+      return program(*key)
+    except TypeError:  # an unhashable callable or option value: jitted afresh
+      return program.__wrapped__(*key)
+
+  return (kept(_init_program, kernel.init, mesh),
+          kept(_step_program, kernel.train_step, mesh, options))
 
 
 def _format_seconds(seconds: float) -> str:

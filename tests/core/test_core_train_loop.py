@@ -256,6 +256,18 @@ def test_runs_of_one_kernel_share_its_programs():
                  compiler_options=compiler.cpu_threaded_dots())
   assert traces == {"init": 2, "train_step": 3}
 
+  class Unhashable:  # a callable jax can jit but the loop cannot look up: jitted afresh
+    __hash__ = None
+
+    def __call__(self, *args):
+      return counted("train_step")(*args)
+
+  again = Regression(kernel.init, Unhashable())
+  third = train_loop.run(again, data, config, None)
+  train_loop.run(again, data, config, None)
+  assert traces == {"init": 2, "train_step": 5}
+  assert_trees_close(params_of(first), params_of(third), atol=0)
+
 
 def _compiled_text(fn, *args, mesh=None):
   """XLA's text of ``fn`` compiled over ``mesh`` (arguments replicated) or alone."""
