@@ -21,10 +21,11 @@ the PRNG key and ``data(step)`` depends on the step only.
 
 Runs of one kernel share its compiled programs: the jitted ``init`` and ``train_step`` are
 kept per (function, mesh, compiler options), so a second run of the same kernel (another
-tau of FSBM, a resumed stage in the same process) neither traces nor compiles again. A
-fresh ``jax.jit`` per run would be a new function to jax's cache, and every run would
-compile its programs anew (FSBM's smoke check compiled its alternation eight times, ~10 s
-each, for three kernels; ``benchmarks/README.md``).
+tau of FSBM, a resumed stage in the same process) neither traces nor compiles again. As
+with ``jax.jit`` itself, values a kernel's functions close over are read when they are
+traced: to change one, build a new kernel. A fresh ``jax.jit`` per run would be a new
+function to jax's cache, and every run would compile its programs anew (FSBM's smoke check
+compiled its alternation eight times, ~10 s each, for three kernels; ``seeds/fsbm.md``).
 """
 
 from __future__ import annotations
