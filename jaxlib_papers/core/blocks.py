@@ -10,8 +10,9 @@ A method's kernel is its paper's loss plus a few of these, the way optax's ``ada
 * :func:`scan_steps`: ``k`` steps of a ``step(state, batch) -> (state, metrics)`` as one
   ``lax.scan`` (``k`` optimiser steps per compiled call), with the batch shared or sliced.
 * :func:`vmap_members` / :func:`vmap_init`: a leading axis of *members* (seeds, or numeric
-  variants such as FSBM's tau or CCA's lambda) trained in one program; per-member metrics
-  reduced to scalars by a declared rule.
+  variants such as FSBM's tau or CCA's lambda) trained in one program, batched under
+  ``vmap`` or one after another (``sequential``); per-member metrics reduced to scalars by
+  a declared rule.
 * :func:`vmap_partition`: members split into static groups, each group vmapped under its
   own step (a term that is switched off in some members is then not computed for them).
 * :func:`keep_best` / :class:`Best`: the parameters at the best validation value so far,
@@ -34,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxlib_papers.core import distributed
+from jaxlib_papers.core import affinity, distributed
 
 PyTree = Any
 Metrics = dict[str, jax.Array]
@@ -179,7 +180,7 @@ def reduce_members(metrics: Metrics,
 def vmap_members(step: Step, *, batch_axis: int | None = None,
                  rules: Mapping[str, Sequence[str]] | None = None,
                  per_member: bool = False, reduce: bool = True,
-                 split: bool = False) -> Step:
+                 split: bool = False, sequential: bool = False) -> Step:
   """``step`` over a leading member axis of the state (seeds or numeric variants).
 
   Args:
@@ -193,6 +194,13 @@ def vmap_members(step: Step, *, batch_axis: int | None = None,
       devices divide R: each device runs its own members and nothing crosses devices
       inside ``step``, whose own ``distributed.split`` calls are then no-ops. Otherwise,
       and without a mesh of several devices, it changes nothing.
+    sequential: run the members one after another (``lax.map`` over the member axis, each
+      member by ``step`` itself) instead of batching them under ``vmap``; with ``split``,
+      each device runs its own members one after another. The same function; the rounding
+      of a batched op may differ. On XLA:CPU, where a vmapped member axis runs on the same
+      cores anyway, the batched program was the slower one for AERCA's seeds and
+      identifiability's runs (1.14-1.24x per step, ``seeds/aerca.md``, "Members one after
+      another"); on an accelerator ``vmap`` runs the members in parallel.
 
   Returns:
     The step of every member; member ``r``'s state is what ``step`` gives it alone. A
@@ -200,7 +208,15 @@ def vmap_members(step: Step, *, batch_axis: int | None = None,
     the same function, but XLA:CPU compiled AERCA's size-1 vmapped epoch 1.1-1.7x slower
     than the plain one (``seeds/aerca.md``, "Speed").
   """
-  vmapped = jax.vmap(step, in_axes=(0, batch_axis))
+  batched = jax.vmap(step, in_axes=(0, batch_axis))
+
+  def in_sequence(state: PyTree, batch: PyTree) -> tuple[PyTree, Metrics]:
+    if batch_axis is None:
+      return jax.lax.map(lambda s: step(s, batch), state)
+    batch = jax.tree.map(lambda x: jnp.moveaxis(x, batch_axis, 0), batch)
+    return jax.lax.map(lambda sb: step(*sb), (state, batch))
+
+  vmapped = in_sequence if sequential else batched
 
   def one_member(state: PyTree, batch: PyTree) -> tuple[PyTree, Metrics]:
     first = lambda x, axis=0: jax.lax.index_in_dim(x, 0, axis, keepdims=False)
@@ -210,6 +226,11 @@ def vmap_members(step: Step, *, batch_axis: int | None = None,
     return jax.tree.map(lambda x: jnp.expand_dims(x, 0), (state, metrics))
 
   def split_members(state: PyTree, batch: PyTree) -> tuple[PyTree, Metrics]:
+    if sequential:   # each device's members in a loop of its own (no collectives)
+      def local(state, batch):
+        with distributed.axis_taken():
+          return in_sequence(state, batch)
+      return distributed.per_device(local, batch_axis)(state, batch)
     state = jax.tree.map(distributed.split, state)
     if batch_axis is not None:
       batch = jax.tree.map(lambda x: distributed.split(x, batch_axis), batch)
@@ -233,6 +254,24 @@ def vmap_members(step: Step, *, batch_axis: int | None = None,
     return state, reduce_members(metrics, rules, per_member=per_member)
 
   return members
+
+
+def members_in_sequence_by_default(backend: str | None = None) -> bool:
+  """Whether a kernel's members should run one after another (``vmap_members(sequential=
+  True)``) here: on a CPU backend whose devices have at most one core each (this process's
+  CPUs / its local devices), as in the main job's checks and the test suite's workers,
+  each pinned to one core, or a mesh of one CPU device per core.
+
+  Measured on 2 cores (``seeds/aerca.md``, "Members one after another"): with one core per
+  device the batched program ran 1.14-1.24x slower than the members in sequence (AERCA's 8
+  seeds, identifiability's 6 runs); with both cores on one device XLA spreads the batched
+  ops over them and the two forms ran level (0.96-1.03x), so there, and on accelerators,
+  the batch stays.
+  """
+  backend = jax.default_backend() if backend is None else backend
+  if backend != "cpu":
+    return False
+  return len(affinity.available()) <= jax.local_device_count(backend)
 
 
 def vmap_partition(steps: Sequence[Step], groups: Sequence[np.ndarray | Sequence[int]],

@@ -197,3 +197,23 @@ def split(x: Any, axis: int = 0, axis_name: str = DATA_AXIS) -> Any:
   spec = [None] * x.ndim
   spec[axis] = axis_name
   return jax.lax.with_sharding_constraint(x, PartitionSpec(*spec))
+
+
+def per_device(fn: Callable[[Any, Any], Any], batch_axis: int | None = None,
+               axis_name: str = DATA_AXIS) -> Callable[[Any, Any], Any]:
+  """``fn(state, batch)`` run by every device of ``axis_name`` on its own part (``shard_map``).
+
+  The leading axis of ``state`` (and axis ``batch_axis`` of ``batch``; None: every device
+  sees the whole batch) is split over the devices; each device calls ``fn`` on its
+  ``[R / devices, ...]`` part, and the outputs' leading axes are joined again. Nothing
+  crosses devices unless ``fn`` asks for it. Call it while tracing under a mesh of several
+  devices (:func:`split_count` > 1) whose device count divides the leading axis.
+  """
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or axis_name not in mesh.axis_names:
+    raise ValueError(f"per_device needs a mesh with axis {axis_name!r} in scope "
+                     "(trace under distributed.traced_on)")
+  batch_spec = (PartitionSpec() if batch_axis is None
+                else PartitionSpec(*([None] * batch_axis + [axis_name])))
+  return jax.shard_map(fn, mesh=mesh, in_specs=(PartitionSpec(axis_name), batch_spec),
+                       out_specs=PartitionSpec(axis_name))

@@ -192,6 +192,70 @@ def test_split_members_run_on_their_own_devices_and_equal_the_vmap(members):
   np.testing.assert_allclose(got_m["loss"], want_m["loss"], rtol=1e-6)
 
 
+def test_members_in_sequence_are_each_members_own_step():
+  """``vmap_members(sequential=True)``: member r's state and metrics are ``step`` on its
+  own state (shared and sliced batches), the program a loop over the members (the
+  batched one has none), and the reduced metrics the batched program's."""
+  members = 5
+  state = blocks.vmap_init(init, members)(jax.random.key(7))
+  shared = batch_of(4)
+  sliced = jax.tree.map(lambda a: np.stack([a * (1 + 0.1 * i) for i in range(members)], 1),
+                        shared)
+  for batch_axis, batch in ((None, shared), (1, sliced)):
+    seq = blocks.vmap_members(step, batch_axis=batch_axis, reduce=False, sequential=True)
+    got, metrics = jax.jit(seq)(state, batch)
+    for r in range(members):
+      own_batch = batch if batch_axis is None else jax.tree.map(lambda a, r=r: a[:, r], batch)
+      want, want_metrics = step(jax.tree.map(lambda a, r=r: a[r], state), own_batch)
+      for a, b in zip(jax.tree.leaves(got.params), jax.tree.leaves(want.params), strict=True):
+        np.testing.assert_allclose(a[r], b, rtol=1e-6, atol=1e-7)
+      assert np.array_equal(_raw(got.key[r]), _raw(want.key))
+      np.testing.assert_allclose(metrics["loss"][r], want_metrics["loss"], rtol=1e-6)
+    batched = blocks.vmap_members(step, batch_axis=batch_axis, reduce=False)
+    loops = [jax.jit(f).lower(state, batch).as_text().count("stablehlo.while")
+             for f in (seq, batched)]
+    assert loops[0] == loops[1] + 1, loops   # the members' loop (threefry has its own)
+  _, reduced = jax.jit(blocks.vmap_members(step, rules={"loss": ("mean", "max")},
+                                           sequential=True))(state, shared)
+  _, want = jax.jit(blocks.vmap_members(step, rules={"loss": ("mean", "max")}))(state, shared)
+  np.testing.assert_allclose(reduced["loss"], want["loss"], rtol=1e-6)
+  np.testing.assert_allclose(reduced["loss_max"], want["loss_max"], rtol=1e-6)
+
+
+@pytest.mark.parametrize("members", [8, 16, 6])
+def test_members_in_sequence_split_over_devices_equal_one_device(members):
+  """``sequential=True, split=True`` under the 8-device mesh: each device loops over its own
+  members (a shard_map; XLA's program holds no collective inside the loop) and every
+  member's state and metrics are what one device gives; 6 members (not a multiple of 8)
+  run the one-device loop."""
+  mesh = distributed.make_mesh()
+  rep = distributed.replicated(mesh)
+  state = blocks.vmap_init(init, members)(jax.random.key(8))
+  batch = jax.tree.map(lambda a: np.stack([a * (1 + 0.1 * i) for i in range(members)]),
+                       batch_of(6))
+  train = blocks.scan_steps(blocks.vmap_members(
+      step, batch_axis=0, split=True, sequential=True, reduce=False), 3, metrics="stack")
+  split = jax.jit(distributed.traced_on(mesh, train), in_shardings=rep,
+                  out_shardings=rep).lower(state, batch).compile()
+  (got, got_m), (want, want_m) = split(state, batch), jax.jit(train)(state, batch)
+  for a, b in zip(jax.tree.leaves(got.params), jax.tree.leaves(want.params), strict=True):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+  assert np.array_equal(_raw(got.key), _raw(want.key))
+  np.testing.assert_allclose(got_m["loss"], want_m["loss"], rtol=1e-6)
+  # each device holds its members' [members / 8] slice of the weights
+  local = f"f32[{members // 8},3]" if members % 8 == 0 else None
+  assert (local is not None and local in split.as_text()) == (members % 8 == 0)
+
+
+def test_members_in_sequence_by_default_only_on_cpu_devices_of_one_core(monkeypatch):
+  devices = jax.local_device_count()
+  monkeypatch.setattr(blocks.affinity, "available", lambda: list(range(devices)))
+  assert blocks.members_in_sequence_by_default("cpu")
+  assert not blocks.members_in_sequence_by_default("gpu")
+  monkeypatch.setattr(blocks.affinity, "available", lambda: list(range(devices + 1)))
+  assert not blocks.members_in_sequence_by_default("cpu")
+
+
 def test_partitioned_members_equal_their_own_steps_and_one_vmapped_step():
   """vmap_partition: each member runs its group's step (here Adam at 0.05 or plain SGD),
   exactly as it would alone; with one step for every group it equals vmap_members."""
