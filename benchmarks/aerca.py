@@ -17,8 +17,10 @@ one seed, both codes timed one epoch at a time in turns, ``--repeats`` pairs aft
 warm-up each; printed as median (min-max) and the per-pair ratio official / ours, with the
 thread counts of both sides (XLA:CPU uses every core the process may run on; torch gets
 ``--torch_threads``, default the same number of cores). Then, ours alone: seconds per
-epoch of S seeds vmapped in one program, and their time as a multiple of one seed's
-(vmapping buys throughput when S seeds cost less than S x one seed). Last, the machine's
+epoch of S seeds in one program (one after another or batched under ``vmap``, as the
+package chooses here, ``blocks.members_in_sequence_by_default``; the line says which), and
+their time as a multiple of one seed's (one program buys throughput when S seeds cost
+less than S x one seed). Last, the machine's
 own peaks, measured in the same run (``core.timing.machine_peaks``), and each program
 against them: its fraction of the roofline's bound (XLA's flops and bytes per epoch,
 ``core.timing.program_cost``), and for S seeds the least multiple of one seed's measured
@@ -42,7 +44,7 @@ from jaxlib_papers.aerca import kernel as K  # noqa: E402
 from jaxlib_papers.aerca import train  # noqa: E402
 from jaxlib_papers.aerca.configs.default import dataset_config  # noqa: E402
 from jaxlib_papers.aerca.models import Networks  # noqa: E402
-from jaxlib_papers.core import distributed, timing  # noqa: E402
+from jaxlib_papers.core import blocks, distributed, timing  # noqa: E402
 
 
 def ours_epoch(config, parts, num_seeds, mesh):
@@ -160,7 +162,11 @@ def main(argv=None):
     print("official code not timed (pass --official_dir=<checkout of hanxiao0607/AERCA> "
           "with torch importable: the [bench] extra)")
 
-  print(f"\n{'seeds':>6} {'compile s':>10} {'s/epoch':>18} {'x one seed':>11}")
+  form = ("one after another (lax.map)" if blocks.members_in_sequence_by_default()
+          else "batched under vmap")
+  print(f"\nS seeds in one program, {form}: {len(os.sched_getaffinity(0))} core(s) over "
+        f"{jax.local_device_count()} device(s)")
+  print(f"{'seeds':>6} {'compile s':>10} {'s/epoch':>18} {'x one seed':>11}")
   one, rows = None, []
   for num_seeds in [int(s) for s in args.seeds.split(",")]:
     # one seed's program is the one compiled above: not compiled twice

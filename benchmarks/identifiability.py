@@ -1,4 +1,4 @@
-r"""Identifiability speed: one vmapped training call (seeds x variants), medians of repeats.
+r"""Identifiability speed: one training call (seeds x variants in one program), medians.
 
   OPENBLAS_NUM_THREADS=1 python benchmarks/identifiability.py               # cpu preset
   python benchmarks/identifiability.py --hidden=50,250,250,250,250,50 --batch=1024 --runs=5
@@ -9,15 +9,15 @@ released (it imports ``src.spaces`` and then calls ``spaces.``) and PyTorch is n
 installed here, so only ours is timed. Reported: compile time apart, then milliseconds per
 optimiser step for all runs together and per run, and the vMF sampler alone.
 
-``--members=map`` also times the same kernel with its member axis under ``lax.map`` (one
-member after another) instead of ``vmap``, alternating with the vmapped one, and says
-whether the trained parameters agree (issue 40: on XLA:CPU the vmapped DIET step's
-1000-row head and its softmax cross-entropy run slower batched over the members than one
-member at a time; seeds/identifiability.md, "Speed"). The kernel now runs only the head's
-logits and cross-entropy one member at a time (``Settings.head_per_member``,
-``blocks.member_mapped_loss``: the trained state bitwise the same); ``--members=head``
-times it against the head batched over the members (``head_per_member=False``, the kernel
-before), alternating, and checks that the parameters are bitwise equal.
+The first line times the kernel as the package builds it here (its runs one after another
+on CPU devices of one core each, else batched: ``Settings.runs_in_sequence``, printed).
+``--members=map`` times the runs one after another (``runs_in_sequence=True``, a
+``lax.map`` over the member axis) against them batched under ``vmap``, alternating, and
+says whether the trained parameters agree (issue 40; seeds/identifiability.md, "Runs one
+after another"). ``--members=head`` times, with the runs batched, the head's logits and
+cross-entropy one member at a time (``Settings.head_per_member``,
+``blocks.member_mapped_loss``) against the head batched over the members, alternating, and
+checks that the parameters are bitwise equal.
 
   OPENBLAS_NUM_THREADS=1 python benchmarks/identifiability.py --objective=diet \
       --batch=1024 --runs=6 --members=head   # the check's diet_d5: 6 members
@@ -33,30 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxlib_papers.core import blocks
 from jaxlib_papers.identifiability import data, kernel
-
-
-def _map_members(step, *, batch_axis=None, rules=None, per_member=False, reduce=True):
-  """``blocks.vmap_members`` with ``lax.map`` over the members (one after another)."""
-  assert batch_axis is None, "the identifiability kernel draws its own batches"
-
-  def members(state, batch):
-    state, metrics = jax.lax.map(lambda member: step(member, batch), state)
-    if not reduce:
-      return state, metrics
-    return state, blocks.reduce_members(metrics, rules, per_member=per_member)
-
-  return members
-
-
-def _mapped_kernel(settings, variants):
-  vmap_members = blocks.vmap_members
-  blocks.vmap_members = _map_members   # make_kernel looks it up when called
-  try:
-    return kernel.make_kernel(settings, variants)
-  finally:
-    blocks.vmap_members = vmap_members
 
 
 def _compare(settings, kernels, repeats: int) -> None:
@@ -105,11 +82,12 @@ def main():
   parser.add_argument("--hidden", default="32,128,128,32")
   parser.add_argument("--batch", type=int, default=256)
   parser.add_argument("--steps_per_call", type=int, default=50)
-  parser.add_argument("--runs", type=int, default=3, help="seeds vmapped in one program")
+  parser.add_argument("--runs", type=int, default=3, help="seeds in one program")
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--members", choices=("vmap", "map", "head"), default="vmap",
-                      help="map: also time the member axis under lax.map; head: also time "
-                      "the head batched over members (head_per_member=False); alternating")
+                      help="map: also time the runs one after another against batched; "
+                      "head: the runs batched, the head per member against batched; "
+                      "alternating")
   args = parser.parse_args()
 
   settings = kernel.Settings(
@@ -121,8 +99,10 @@ def main():
   step = jax.jit(kern.train_step)
   compile_s, call_s = _time(lambda s: step(s, None)[1], state, repeats=args.repeats)
   per_step_ms = 1e3 * call_s / args.steps_per_call
+  form = ("one after another" if kernel.validate_settings(settings).runs_in_sequence
+          else "batched under vmap")
   print(f"backend {jax.default_backend()}, {args.runs} runs x batch {args.batch}, "
-        f"hidden {args.hidden}, {args.objective}")
+        f"hidden {args.hidden}, {args.objective}; runs {form}")
   print(f"train call: compile+first {compile_s:.2f} s; {per_step_ms:.2f} ms per optimiser "
         f"step (all runs), {per_step_ms / args.runs:.2f} ms per run-step")
 
@@ -133,13 +113,17 @@ def main():
         f"{compile_s:.2f} s; {1e3 * sample_s:.3f} ms per call")
   variants = kernel.make_variants(args.runs, (10.0,))
   if args.members == "map":
-    _compare(settings, {"vmap": kernel.make_kernel(settings, variants),
-                        "map": _mapped_kernel(settings, variants)}, args.repeats)
+    _compare(settings, {
+        "vmap": kernel.make_kernel(settings._replace(runs_in_sequence=False), variants),
+        "map": kernel.make_kernel(settings._replace(runs_in_sequence=True), variants)},
+        args.repeats)
   if args.members == "head":
-    batched = settings._replace(head_per_member=False)
-    _compare(settings, {"batched_head": kernel.make_kernel(batched, variants),
-                        "per_member_head": kernel.make_kernel(settings, variants)},
-             args.repeats)
+    batched = settings._replace(runs_in_sequence=False)
+    _compare(settings, {
+        "batched_head": kernel.make_kernel(batched._replace(head_per_member=False), variants),
+        "per_member_head": kernel.make_kernel(batched._replace(head_per_member=True),
+                                              variants)},
+        args.repeats)
   print("official code: not timed (does not run as released; PyTorch not installed)")
 
 

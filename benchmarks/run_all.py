@@ -54,7 +54,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from jaxlib_papers.core import timing  # noqa: E402
+from jaxlib_papers.core import blocks, timing  # noqa: E402
 from jaxlib_papers.core.precision import enable_x64  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -514,8 +514,9 @@ def unbalanced_fm_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
 
 def aerca_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
   """``epochs_per_step`` AERCA epochs of the nonlinear set (one optimiser step per training
-  series, then the validation loss), one seed and 8 seeds vmapped
-  (``kernel.make_train_kernel``'s ``train_step``; early stopping off, so every epoch runs)."""
+  series, then the validation loss), one seed and 8 seeds in one program (one after
+  another or vmapped, as the package chooses here: ``blocks.members_in_sequence_by_default``;
+  ``kernel.make_train_kernel``'s ``train_step``; early stopping off, so every epoch runs)."""
   from jaxlib_papers.aerca import kernel, train
   from jaxlib_papers.aerca.configs.default import dataset_config
   from jaxlib_papers.aerca.models import Networks
@@ -532,10 +533,12 @@ def aerca_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
           settings.train._replace(num_seeds=num_seeds, patience=10 ** 6))
       state = jax.jit(kern.init)(jax.random.key(0))
       per_call = int(config.optim.epochs_per_step)
+      form = ("one after another" if blocks.members_in_sequence_by_default()
+              else "vmapped")
       return HotPath(lambda s: kern.train_step(s, None)[0], (state,), per_call * num_seeds,
                      "seed-epoch", f"nonlinear p={config.data.num_vars}, "
-                     f"{len(parts['fit'])}+{len(parts['val'])} series, {num_seeds} seed(s), "
-                     f"L={config.model.layers}")
+                     f"{len(parts['fit'])}+{len(parts['val'])} series, {num_seeds} seed(s)"
+                     + (f" ({form})" if num_seeds > 1 else "") + f", L={config.model.layers}")
     return build
 
   return {"epoch_1_seed": epochs(1), "epoch_8_seeds": epochs(8)}
@@ -621,12 +624,13 @@ def identifiability_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
       kern = kernel.make_kernel(settings, variants)
       state = jax.jit(kern.init)(jax.random.key(0))
       runs, steps = int(variants.kappa.shape[0]), int(settings.steps_per_call)
-      head = ("head per run" if kernel.validate_settings(settings).head_per_member
-              else "head batched")
+      valid = kernel.validate_settings(settings)
+      form = ("one after another" if valid.runs_in_sequence else
+              "vmapped, head per run" if valid.head_per_member else "vmapped, head batched")
       return HotPath(lambda s: kern.train_step(s, None), (state,), runs * steps, "run-step",
-                     f"{objective}: {runs} runs vmapped x {steps} steps a call, batch "
-                     f"{settings.batch_size}, d={settings.dim}, {settings.num_labels} labels "
-                     f"({head}), hidden {settings.hidden}")
+                     f"{objective}: {runs} runs ({form}) x {steps} steps a call, batch "
+                     f"{settings.batch_size}, d={settings.dim}, {settings.num_labels} labels, "
+                     f"hidden {settings.hidden}")
     return thunk
 
   return {"diet_step": build("diet"), "supervised_step": build("supervised")}

@@ -14,15 +14,17 @@ The training kernel composes the core blocks: one seed's epoch is ``blocks.scan_
 over the training series of ``blocks.gradient_step`` (one Adam step per series, in order,
 as the official code), then the summed validation loss into ``blocks.keep_best`` (best
 parameters and early stopping with ``patience``); ``blocks.vmap_members`` trains
-``num_seeds`` seeds at once; ``blocks.scan_steps`` runs ``epochs_per_step`` epochs per
-``train_step``. **An aerca step is one epoch: one Adam step per training series**, so the
-loop's ``num_steps`` is the number of epochs and its ``steps_per_call`` is
-``epochs_per_step``. Once every seed has stopped an epoch is a no-op (``lax.cond`` outside
-the vmap; the epoch counter stands still), so a loop of ``max_epochs`` steps costs only
-what the seeds actually train.
+``num_seeds`` seeds in one program (one after another on CPU devices of one core each,
+elsewhere batched under ``vmap``: ``TrainSettings.seeds_in_sequence``);
+``blocks.scan_steps`` runs ``epochs_per_step`` epochs per ``train_step``. **An aerca step
+is one epoch: one Adam step per training series**, so the loop's ``num_steps`` is the
+number of epochs and its ``steps_per_call`` is ``epochs_per_step``. Once every seed has
+stopped an epoch is a no-op (``lax.cond`` outside the seeds; the epoch counter stands
+still), so a loop of ``max_epochs`` steps costs only what the seeds actually train.
 
 Devices: under ``train_loop.run``'s mesh of several devices, S seeds (a multiple of the
-device count) run S / devices per device (``vmap_members(split=True)``); otherwise each
+device count) run S / devices per device (``vmap_members(split=True)``; one after another
+on each device when in sequence); otherwise each
 series' lag windows are split over the devices (``distributed.split`` in :func:`forward`).
 On one device both are no-ops.
 """
@@ -215,9 +217,14 @@ def series_loss_value(nets: Networks, settings: LossSettings, params, x: jax.Arr
 
 class TrainSettings(NamedTuple):
   lr: float = 1e-4           # Adam learning rate
-  num_seeds: int = 1         # S, seeds trained together (vmapped)
+  num_seeds: int = 1         # S, seeds trained together (one program)
   patience: int = 20         # epochs without a lower validation loss before a seed stops
   epochs_per_step: int = 1   # epochs per train_step (one lax.scan)
+  # The seeds one after another in the program (blocks.vmap_members(sequential=True)),
+  # not batched under vmap: 1.17x faster per epoch at 8 seeds over 2 CPU devices of one
+  # core each (seeds/aerca.md, "Members one after another"); None: where
+  # blocks.members_in_sequence_by_default() says (one core per CPU device).
+  seeds_in_sequence: bool | None = None
 
   def validate(self) -> TrainSettings:
     if (int(self.num_seeds) < 1 or int(self.patience) < 1
@@ -332,7 +339,7 @@ def _check_series(nets: Networks, train_series, val_series, num_seeds: int) -> b
 
 def make_train_kernel(nets: Networks, settings: LossSettings, train_series: jax.Array,
                       val_series: jax.Array, train: TrainSettings) -> contract.TrainKernel:
-  """AERCA's training kernel over ``train.num_seeds`` vmapped seeds (batch-free steps).
+  """AERCA's training kernel over ``train.num_seeds`` seeds in one program (batch-free steps).
 
   An aerca step is one epoch: one Adam step per training series. One ``train_step`` runs
   ``train.epochs_per_step`` of them, so run it with ``steps_per_call=epochs_per_step``
@@ -362,8 +369,11 @@ def make_train_kernel(nets: Networks, settings: LossSettings, train_series: jax.
   train_epoch = blocks.scan_steps(functools.partial(series_step, update),
                                   data.train_series.shape[-3], batch_axis=0, metrics="sum")
   problem = EpochProblem(train_epoch, loss, int(train.patience))
+  sequential = (blocks.members_in_sequence_by_default() if train.seeds_in_sequence is None
+                else bool(train.seeds_in_sequence))
   members = blocks.vmap_members(functools.partial(seed_epoch, problem),
-                                batch_axis=0 if per_seed else None, split=True)
+                                batch_axis=0 if per_seed else None, split=True,
+                                sequential=sequential)
   epochs = blocks.scan_steps(functools.partial(one_epoch, members, data),
                              int(train.epochs_per_step), metrics="last")
   init_seeds = blocks.vmap_init(functools.partial(init_seed, nets, tx), int(train.num_seeds))

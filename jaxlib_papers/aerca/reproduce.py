@@ -1,7 +1,7 @@
 """Reproduction check of AERCA on the generated linear, nonlinear and Lorenz-96 sets.
 
 ``cpu``: linear (p = 4), nonlinear (p = 6, K = 5, L = 3) with the paper-KL ablation,
-Lorenz-96 (p = 10, T = 500, <= 200 epochs); 3 seeds vmapped, each on its own draw of the
+Lorenz-96 (p = 10, T = 500, <= 200 epochs); 3 seeds in one program, each on its own draw of the
 generator (graph, coefficients, series: the official code's seed draws them with the
 model), Adam 1e-3, early stopping (patience 20). ``full`` adds the encoder-only ablation
 and Lotka-Volterra. ``smoke``: tiny sizes (claims reported, not expected to hold). Means

@@ -12,7 +12,7 @@ Claims (the issue's), all at the preset's size:
    CFG curve;
 4. lambda = 0 keeps accuracy within 2 points of the base; CFG on top of CCA still helps.
 
-Digit metrics are means over ``num_seeds`` seeds (vmapped), spread = std over seeds.
+Digit metrics are means over ``num_seeds`` seeds (one program), spread = std over seeds.
 """
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ def digit_claims(result) -> list[Claim]:
           + _side_claims(result, stats))
 
 
-@register("cca", cpu_seconds=135)
+@register("cca", cpu_seconds=101)
 def check(ctx: Context) -> list[Claim]:
   from jaxlib_papers.cca import train  # pylint: disable=g-import-not-at-top
   from jaxlib_papers.cca.configs.default import get_config  # pylint: disable=g-import-not-at-top

@@ -44,7 +44,7 @@ class SampleSettings(NamedTuple):
 class Settings(NamedTuple):
   """What :func:`run` reads from the config, converted and checked once."""
   seed: int
-  num_seeds: int                      # S, runs vmapped in one program
+  num_seeds: int                      # S, runs in one program
   lambdas: tuple[float, ...]          # the lambda sweep, one align run per (seed, lambda)
   main_lambda: float                  # the lambda of the headline CCA row
   label_dropout: float                # pretraining condition dropout
@@ -163,7 +163,7 @@ def _align_kernel(config, settings: Settings, references) -> TrainKernel:
 
 def make_stages(config, settings: Settings, digits: data_lib.Digits,
                 pretrain_kernel: TrainKernel) -> tuple[stages.Stage, ...]:
-  """``pretrain`` (seeds vmapped) then ``align`` (seeds x lambdas vmapped)."""
+  """``pretrain`` (the seeds in one program) then ``align`` (seeds x lambdas in one program)."""
   seeds = settings.seed * 1000 + np.arange(settings.num_seeds)
   align_seeds = np.repeat(settings.seed * 1000 + 500 + np.arange(settings.num_seeds),
                           len(settings.lambdas))

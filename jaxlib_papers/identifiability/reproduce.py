@@ -1,6 +1,6 @@
 """Identifiability reproduction check (``launch.reproduce --only=identifiability``).
 
-Programs at ``cpu`` (seeds vmapped, variants of equal shape in the same program):
+Programs at ``cpu`` (seeds and variants of equal shape in one program):
 
 * ``sup_d5``: supervised, d = 5, |C| = 100, kappa in {10, 50} (Table 3 default and the
   kappa trend);
@@ -186,7 +186,7 @@ def _table(results: dict[str, Any]) -> str:
   return "\n".join(lines) + "\n"
 
 
-@register("identifiability", cpu_seconds=567)
+@register("identifiability", cpu_seconds=515)
 def check(ctx: Context) -> list[Claim]:
   import time  # pylint: disable=g-import-not-at-top
 

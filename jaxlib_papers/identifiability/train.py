@@ -288,7 +288,7 @@ def dataset_settings(config: ml_collections.ConfigDict, dataset: data_lib.Datase
 
 def run_dataset(config: ml_collections.ConfigDict, dataset: data_lib.Dataset,
                 workdir: str | pathlib.Path | None = None) -> DatasetResult:
-  """Trains the encoder and head on a user's data set (seeds vmapped) and scores them on
+  """Trains the encoder and head on a user's data set (the seeds in one program) and scores them on
   its held-out rows (see :class:`DatasetResult`)."""
   split = split_dataset(dataset.x.shape[0], float(config.data.holdout_fraction),
                         int(config.seed))

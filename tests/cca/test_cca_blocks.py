@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 from jaxlib_papers.cca import kernel, models, toy, train
 from jaxlib_papers.cca.configs.default import get_config
@@ -37,9 +38,18 @@ def _assert_same(a, b):
     np.testing.assert_array_equal(_host(x), _host(y))
 
 
-def test_pretrain_kernel_equals_the_hand_written_step():
+def _runs(one, sequential):
+  """The hand-written step over the runs: batched (vmap) or one after another (lax.map)."""
+  if sequential:
+    return lambda state, batch: jax.lax.map(lambda sb: one(*sb), (state, batch))
+  return jax.vmap(one)
+
+
+@pytest.mark.parametrize("sequential", [False, True])
+def test_pretrain_kernel_equals_the_hand_written_step(sequential):
   tx = optax.adamw(1e-2)
-  tk = kernel.make_pretrain_kernel(TINY, tx, num_runs=2, label_dropout=0.3)
+  tk = kernel.make_pretrain_kernel(TINY, tx, num_runs=2, label_dropout=0.3,
+                                   runs_in_sequence=sequential)
   logprob = kernel.sequence_logprob(TINY)
 
   def old_one(state, batch):
@@ -52,7 +62,7 @@ def test_pretrain_kernel_equals_the_hand_written_step():
                                  opt_state, key), loss)
 
   def old_step(state, batch):
-    state, losses = jax.vmap(old_one)(state, _per_run(batch))
+    state, losses = _runs(old_one, sequential)(state, _per_run(batch))
     return state, {"loss": jnp.mean(losses), "loss_max": jnp.max(losses)}
 
   state = jax.jit(tk.init)(jax.random.key(0))
@@ -64,12 +74,14 @@ def test_pretrain_kernel_equals_the_hand_written_step():
   _assert_same(new, old)
 
 
-def test_align_kernel_equals_the_hand_written_step():
+@pytest.mark.parametrize("sequential", [False, True])
+def test_align_kernel_equals_the_hand_written_step(sequential):
   refs = jax.tree.map(lambda x: np.repeat(np.asarray(x, np.float32)[None], 2, 0),
                       toy.tabular_params(toy.TOY_CONDITIONALS))
   settings = kernel.AlignSettings(beta=1.0, uncond_ratio=0.2, negatives="roll", null_label=1)
   tx = optax.adam(0.05)
-  tk = kernel.make_align_kernel(toy.tabular_logprob, tx, settings, refs, [1.0, 30.0])
+  tk = kernel.make_align_kernel(toy.tabular_logprob, tx, settings, refs, [1.0, 30.0],
+                                runs_in_sequence=sequential)
 
   def old_one(state, batch):
     key, sub = jax.random.split(state.key)
@@ -82,7 +94,7 @@ def test_align_kernel_equals_the_hand_written_step():
                            opt_state=opt_state, key=key), {"loss": loss, **aux})
 
   def old_step(state, batch):
-    state, metrics = jax.vmap(old_one)(state, _per_run(batch))
+    state, metrics = _runs(old_one, sequential)(state, _per_run(batch))
     return state, jax.tree.map(jnp.mean, metrics)
 
   state = jax.jit(tk.init)(jax.random.key(1))

@@ -88,14 +88,28 @@ def test_head_per_member_is_bitwise_the_batched_head():
   rounds the batched and the per-run head differently (last bits).
   """
   settings = SETTINGS._replace(dim=5, num_indices=100, batch_size=64)
-  kernels = [K.make_kernel(settings._replace(head_per_member=p), VARIANTS)
-             for p in (True, False)]
+  kernels = [K.make_kernel(settings._replace(head_per_member=p, runs_in_sequence=False),
+                           VARIANTS) for p in (True, False)]
   state = kernels[0].init(jax.random.key(2))
   outs = [jax.jit(k.train_step)(state, None)[0] for k in kernels]
   for x, y in zip(*(jax.tree.leaves(o) for o in outs), strict=True):
     if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
       x, y = jax.random.key_data(x), jax.random.key_data(y)
     assert np.array_equal(x, y)
+
+
+def test_runs_in_sequence_train_as_the_batched_runs():
+  """The runs one after another (the default on one core per CPU device) or batched under
+  vmap: the same training
+  up to float rounding after a call of Adam steps (the batched dots round differently)."""
+  kernels = [K.make_kernel(SETTINGS._replace(runs_in_sequence=s), VARIANTS)
+             for s in (True, False)]
+  state = kernels[0].init(jax.random.key(3))
+  (seq, m_seq), (bat, m_bat) = (jax.jit(k.train_step)(state, None) for k in kernels)
+  _close(seq, bat, rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(m_seq["loss"], m_bat["loss"], rtol=1e-5)
+  assert (K.validate_settings(SETTINGS).runs_in_sequence
+          == blocks.members_in_sequence_by_default())
 
 
 def test_resume_equals_uninterrupted(kern, tmp_path):
