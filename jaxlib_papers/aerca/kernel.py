@@ -24,9 +24,8 @@ still), so a loop of ``max_epochs`` steps costs only what the seeds actually tra
 
 Devices: under ``train_loop.run``'s mesh of several devices, S seeds (a multiple of the
 device count) run S / devices per device (``vmap_members(split=True)``; one after another
-on each device when in sequence); otherwise each
-series' lag windows are split over the devices (``distributed.split`` in :func:`forward`).
-On one device both are no-ops.
+on each device when in sequence); otherwise each series' lag windows are split over the
+devices (``distributed.split`` in :func:`forward`). On one device both are no-ops.
 """
 
 from __future__ import annotations

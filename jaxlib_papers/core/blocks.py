@@ -198,9 +198,10 @@ def vmap_members(step: Step, *, batch_axis: int | None = None,
       member by ``step`` itself) instead of batching them under ``vmap``; with ``split``,
       each device runs its own members one after another. The same function; the rounding
       of a batched op may differ. On XLA:CPU, where a vmapped member axis runs on the same
-      cores anyway, the batched program was the slower one for AERCA's seeds and
-      identifiability's runs (1.14-1.24x per step, ``seeds/aerca.md``, "Members one after
-      another"); on an accelerator ``vmap`` runs the members in parallel.
+      cores anyway, the batched program was the slower one for AERCA's seeds,
+      identifiability's runs (1.14-1.24x per step on one core, ``seeds/aerca.md``, "Members
+      one after another") and CCA's (1.6x); on an accelerator ``vmap`` runs the members in
+      parallel. :func:`members_in_sequence_by_default` says where it pays.
 
   Returns:
     The step of every member; member ``r``'s state is what ``step`` gives it alone. A
@@ -264,9 +265,10 @@ def members_in_sequence_by_default(backend: str | None = None) -> bool:
 
   Measured on 2 cores (``seeds/aerca.md``, "Members one after another"): with one core per
   device the batched program ran 1.14-1.24x slower than the members in sequence (AERCA's 8
-  seeds, identifiability's 6 runs); with both cores on one device XLA spreads the batched
-  ops over them and the two forms ran level (0.96-1.03x), so there, and on accelerators,
-  the batch stays.
+  seeds, identifiability's 6 runs; CCA's runs 1.6x); with both cores on one device XLA
+  spreads the batched ops over them and the batch was as fast or faster (sequence / batch
+  0.96-0.98x for identifiability, 0.97x for AERCA's 8 seeds; only AERCA's 3 seeds 1.11x), so
+  there, and on accelerators, the batch stays.
   """
   backend = jax.default_backend() if backend is None else backend
   if backend != "cpu":
