@@ -225,7 +225,7 @@ def test_members_in_sequence_are_each_members_own_step():
 @pytest.mark.parametrize("members", [8, 16, 6])
 def test_members_in_sequence_split_over_devices_equal_one_device(members):
   """``sequential=True, split=True`` under the 8-device mesh: each device loops over its own
-  members (a shard_map; XLA's program holds no collective inside the loop) and every
+  members (a shard_map: its [members / 8] slice of the weights in XLA's program) and every
   member's state and metrics are what one device gives; 6 members (not a multiple of 8)
   run the one-device loop."""
   mesh = distributed.make_mesh()
@@ -242,7 +242,6 @@ def test_members_in_sequence_split_over_devices_equal_one_device(members):
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
   assert np.array_equal(_raw(got.key), _raw(want.key))
   np.testing.assert_allclose(got_m["loss"], want_m["loss"], rtol=1e-6)
-  # each device holds its members' [members / 8] slice of the weights
   local = f"f32[{members // 8},3]" if members % 8 == 0 else None
   assert (local is not None and local in split.as_text()) == (members % 8 == 0)
 

@@ -100,8 +100,8 @@ def test_head_per_member_is_bitwise_the_batched_head():
 
 def test_runs_in_sequence_train_as_the_batched_runs():
   """The runs one after another (the default on one core per CPU device) or batched under
-  vmap: the same training
-  up to float rounding after a call of Adam steps (the batched dots round differently)."""
+  vmap: the same training up to float rounding after a call of Adam steps (the batched dots
+  round differently); the default is the core rule's."""
   kernels = [K.make_kernel(SETTINGS._replace(runs_in_sequence=s), VARIANTS)
              for s in (True, False)]
   state = kernels[0].init(jax.random.key(3))
