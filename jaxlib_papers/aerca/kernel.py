@@ -368,11 +368,9 @@ def make_train_kernel(nets: Networks, settings: LossSettings, train_series: jax.
   train_epoch = blocks.scan_steps(functools.partial(series_step, update),
                                   data.train_series.shape[-3], batch_axis=0, metrics="sum")
   problem = EpochProblem(train_epoch, loss, int(train.patience))
-  sequential = (blocks.members_in_sequence_by_default() if train.seeds_in_sequence is None
-                else bool(train.seeds_in_sequence))
   members = blocks.vmap_members(functools.partial(seed_epoch, problem),
                                 batch_axis=0 if per_seed else None, split=True,
-                                sequential=sequential)
+                                sequential=train.seeds_in_sequence)
   epochs = blocks.scan_steps(functools.partial(one_epoch, members, data),
                              int(train.epochs_per_step), metrics="last")
   init_seeds = blocks.vmap_init(functools.partial(init_seed, nets, tx), int(train.num_seeds))

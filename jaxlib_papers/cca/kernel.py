@@ -109,12 +109,6 @@ def _pretrain_step_member(update: Callable[..., blocks.Update], settings: Pretra
   return PretrainState(state.step + 1, out.params, out.opt_state, key), {"loss": out.loss}
 
 
-def _in_sequence(runs_in_sequence: bool | None) -> bool:
-  if runs_in_sequence is None:
-    return blocks.members_in_sequence_by_default()
-  return bool(runs_in_sequence)
-
-
 def make_pretrain_kernel(model: models.ARTransformer, optimizer: optax.GradientTransformation,
                          *, num_runs: int = 1, label_dropout: float = 0.1,
                          runs_in_sequence: bool | None = None) -> contract.TrainKernel:
@@ -136,7 +130,7 @@ def make_pretrain_kernel(model: models.ARTransformer, optimizer: optax.GradientT
   update = blocks.gradient_step(functools.partial(pretrain_loss, logprob), optimizer)
   members = blocks.vmap_members(functools.partial(_pretrain_step_member, update, settings),
                                 batch_axis=0, rules={"loss": ("mean", "max")},
-                                sequential=_in_sequence(runs_in_sequence))
+                                sequential=runs_in_sequence)
 
   def train_step(state: PretrainState, batch: dict[str, Array]):
     _check_batch(batch, num_runs)
@@ -308,7 +302,7 @@ def make_align_kernel(logprob: LogProbFn, optimizer: optax.GradientTransformatio
   update = blocks.gradient_step(functools.partial(alignment_loss, logprob), optimizer,
                                 has_aux=True)
   members = blocks.vmap_members(functools.partial(_align_step_member, update, settings),
-                                batch_axis=0, sequential=_in_sequence(runs_in_sequence))
+                                batch_axis=0, sequential=runs_in_sequence)
 
   def init(key: Array) -> AlignState:
     # The references come in through a host callback rather than as closed-over constants:

@@ -180,7 +180,7 @@ def reduce_members(metrics: Metrics,
 def vmap_members(step: Step, *, batch_axis: int | None = None,
                  rules: Mapping[str, Sequence[str]] | None = None,
                  per_member: bool = False, reduce: bool = True,
-                 split: bool = False, sequential: bool = False) -> Step:
+                 split: bool = False, sequential: bool | None = False) -> Step:
   """``step`` over a leading member axis of the state (seeds or numeric variants).
 
   Args:
@@ -201,7 +201,7 @@ def vmap_members(step: Step, *, batch_axis: int | None = None,
       cores anyway, the batched program was the slower one for AERCA's seeds,
       identifiability's runs (1.14-1.24x per step on one core, ``seeds/aerca.md``, "Members
       one after another") and CCA's (1.6x); on an accelerator ``vmap`` runs the members in
-      parallel. :func:`members_in_sequence_by_default` says where it pays.
+      parallel. None: where :func:`members_in_sequence_by_default` says it pays.
 
   Returns:
     The step of every member; member ``r``'s state is what ``step`` gives it alone. A
@@ -209,6 +209,8 @@ def vmap_members(step: Step, *, batch_axis: int | None = None,
     the same function, but XLA:CPU compiled AERCA's size-1 vmapped epoch 1.1-1.7x slower
     than the plain one (``seeds/aerca.md``, "Speed").
   """
+  if sequential is None:
+    sequential = members_in_sequence_by_default()
   batched = jax.vmap(step, in_axes=(0, batch_axis))
 
   def in_sequence(state: PyTree, batch: PyTree) -> tuple[PyTree, Metrics]:

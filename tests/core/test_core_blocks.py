@@ -251,8 +251,14 @@ def test_members_in_sequence_by_default_only_on_cpu_devices_of_one_core(monkeypa
   monkeypatch.setattr(blocks.affinity, "available", lambda: list(range(devices)))
   assert blocks.members_in_sequence_by_default("cpu")
   assert not blocks.members_in_sequence_by_default("gpu")
+  state, batch = blocks.vmap_init(init, 3)(jax.random.key(9)), batch_of(3)
+  loops = lambda seq: jax.jit(blocks.vmap_members(step, sequential=seq)).lower(
+      state, batch).as_text().count("stablehlo.while")
+  if jax.default_backend() == "cpu":   # sequential=None: the default's choice
+    assert loops(None) == loops(True) == loops(False) + 1
   monkeypatch.setattr(blocks.affinity, "available", lambda: list(range(devices + 1)))
   assert not blocks.members_in_sequence_by_default("cpu")
+  assert loops(None) == loops(False)
 
 
 def test_partitioned_members_equal_their_own_steps_and_one_vmapped_step():
