@@ -24,8 +24,10 @@ still), so a loop of ``max_epochs`` steps costs only what the seeds actually tra
 
 Devices: under ``train_loop.run``'s mesh of several devices, S seeds (a multiple of the
 device count) run S / devices per device (``vmap_members(split=True)``; one after another
-on each device when in sequence); otherwise each series' lag windows are split over the
-devices (``distributed.split`` in :func:`forward`). On one device both are no-ops.
+on each device when in sequence); otherwise each device computes a share of every series
+(:func:`split_series_loss`, a ``shard_map``; with the paper's time-axis smoothness XLA's
+partitioner splits the windows instead: ``distributed.split`` in :func:`forward`). On one
+device both are no-ops.
 """
 
 from __future__ import annotations
@@ -124,27 +126,36 @@ def _moments(s: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
   The jitter is 1e-6 cond(Sigma) I as in the official code; cond is computed without a
   gradient (eigenvalue derivatives are undefined at repeated eigenvalues).
   """
-  n, d = s.shape
+  n = s.shape[0]
   mu = jnp.mean(s, axis=0)
   centred = s - mu
-  cov = centred.T @ centred / (n - 1)
+  return (mu,) + _jittered(centred.T @ centred / (n - 1))
+
+
+def _jittered(cov: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(cov + 1e-6 cond(cov) I, its log-determinant); cond without a gradient."""
   eig = jnp.linalg.eigvalsh(jax.lax.stop_gradient(cov))
   cond = eig[-1] / jnp.maximum(eig[0], 1e-9)
-  cov = cov + 1e-6 * cond * jnp.eye(d, dtype=s.dtype)
+  cov = cov + 1e-6 * cond * jnp.eye(cov.shape[0], dtype=cov.dtype)
   _, logdet = jnp.linalg.slogdet(cov)
-  return mu, cov, logdet
+  return cov, logdet
+
+
+def _kl(form: str, mu: jax.Array, cov: jax.Array, logdet: jax.Array) -> jax.Array:
+  """The KL term of residual moments: ``"code"`` tr S + mu'mu - d + log det S (no lower
+  bound; issue #7), ``"paper"`` KL(N(mu, S) || N(0, I))."""
+  core = jnp.trace(cov) + mu @ mu - mu.shape[0]
+  return core + logdet if form == "code" else 0.5 * (core - logdet)
 
 
 def kl_code(s: jax.Array) -> jax.Array:
   """Official code's term: tr S + mu'mu - d + log det S (no lower bound; issue #7)."""
-  mu, cov, logdet = _moments(s)
-  return jnp.trace(cov) + mu @ mu - s.shape[1] + logdet
+  return _kl("code", *_moments(s))
 
 
 def kl_paper(s: jax.Array) -> jax.Array:
   """KL(N(mu, S) || N(0, I)) = 1/2 (tr S + mu'mu - d - log det S) >= 0."""
-  mu, cov, logdet = _moments(s)
-  return 0.5 * (jnp.trace(cov) + mu @ mu - s.shape[1] - logdet)
+  return _kl("paper", *_moments(s))
 
 
 class Forward(NamedTuple):
@@ -208,8 +219,106 @@ def loss_fn(nets: Networks, settings: LossSettings, params, x: jax.Array
 
 def series_loss_value(nets: Networks, settings: LossSettings, params, x: jax.Array
                       ) -> jax.Array:
-  """The scalar loss [] of one series x [T, p] (what the Adam step differentiates)."""
+  """The scalar loss [] of one series x [T, p] (what the Adam step differentiates).
+
+  Traced under a mesh of several devices (``distributed.split_count() > 1``) with the
+  lag-axis smoothness, each device computes its own share of the series
+  (:func:`split_series_loss`); otherwise :func:`loss_fn`.
+  """
+  if distributed.split_count() > 1 and settings.smooth_axis == "lag":
+    return split_series_loss(nets, settings, params, x)
   return loss_fn(nets, settings, params, x)[0]
+
+
+def _coeff_sums(coeffs: jax.Array, own: jax.Array) -> jax.Array:
+  """[l2, l1, lag smoothness] summed over the windows where ``own`` [n] is true (the sums
+  behind :func:`sparsity` and :func:`smoothness` ``"lag"``); coeffs [n, K, p, p]."""
+  own = own[:, None, None]
+  sums = [jnp.sum(jnp.where(own, safe_norm(coeffs, axis=1), 0.0)),
+          jnp.sum(jnp.where(own, jnp.sum(jnp.abs(coeffs), axis=1), 0.0))]
+  if coeffs.shape[1] < 2:
+    return jnp.stack(sums + [jnp.zeros((), coeffs.dtype)])
+  diff = coeffs[:, 1:] - coeffs[:, :-1]
+  return jnp.stack(sums + [jnp.sum(jnp.where(own, safe_norm(diff, axis=1), 0.0))])
+
+
+def split_series_loss(nets: Networks, settings: LossSettings, params, x: jax.Array,
+                      axis_name: str = distributed.DATA_AXIS) -> jax.Array:
+  """:func:`loss_fn`'s loss [] of one series x [T, p], each device of ``axis_name``
+  computing a contiguous share of it (``shard_map``); lag-axis smoothness only.
+
+  The T - 2K reconstruction targets are cut into D equal chunks of c (the last padded and
+  masked). A device runs the encoder on the c + K windows its chunk's decoder windows need
+  (K of them also another device's: computed twice, counted once), so nothing crosses
+  devices in the forward pass but two ``psum`` (the terms' sums with the residuals' sum,
+  then the residuals' centred second moment); the backward pass adds one for the
+  residuals' mean and one, combined, for the parameters' gradients (JAX's transpose of the
+  replicated parameters). Each term is the sum of the devices' masked sums over the global
+  count, so the loss equals :func:`loss_fn`'s up to float rounding (tested). The compiled
+  epoch holds 6 all-reduces where the partitioner's split of :func:`forward` held 18
+  collectives (9 collective-permutes for the windows' halos, 3 all-gathers, 6 all-reduces;
+  ``seeds/aerca.md``, "Each device its share of a series"). Traced without a mesh of
+  several devices on ``axis_name`` it is :func:`loss_fn`'s loss.
+  """
+  if settings.smooth_axis != "lag":
+    raise ValueError("split_series_loss computes the lag-axis smoothness only; got "
+                     f"smooth_axis={settings.smooth_axis!r}")
+  devices = distributed.split_count(axis_name)
+  if devices == 1:
+    return loss_fn(nets, settings, params, x)[0]
+  lag, (length, p) = nets.lag, x.shape
+  windows, targets = length - lag, length - 2 * lag          # N, M
+  chunk = -(-targets // devices)                              # c
+  x = jnp.pad(x, ((0, devices * chunk + 2 * lag - length), (0, 0)))
+
+  def local(params, x):
+    d = jax.lax.axis_index(axis_name)
+    start = d * chunk
+    x_loc = jax.lax.dynamic_slice_in_dim(x, start, chunk + 2 * lag)   # [c + 2K, p]
+    x_windows = lag_windows(x_loc, lag)                                # [c + K, K, p]
+    preds, psi = nets.apply(params["encoder"], x_windows)
+    s = preds - x_loc[lag:]                                            # [c + K, p]
+    i = jnp.arange(chunk + lag)
+    own = (start + i < windows) & ((i < chunk) | (d == devices - 1))   # counted here
+    sums = [_coeff_sums(psi, own)]
+    if settings.decoder:
+      s_pred, phi = nets.apply(params["decoder"], lag_windows(s, lag))
+      prev_pred, phi_prev = nets.apply(params["decoder_prev"], x_windows[:chunk])
+      valid = start + jnp.arange(chunk) < targets
+      err = s_pred + s[lag:lag + chunk] + prev_pred - x_loc[2 * lag:2 * lag + chunk]
+      sums += [jnp.sum(jnp.where(valid[:, None], err * err, 0.0))[None],
+               _coeff_sums(phi, valid), _coeff_sums(phi_prev, valid)]
+    else:
+      sums.append(jnp.sum(jnp.where(own[:, None], s * s, 0.0))[None])
+    s_own = jnp.where(own[:, None], s, 0.0)
+    total = jax.lax.psum(jnp.concatenate(sums + [jnp.sum(s_own, axis=0)]), axis_name)
+    mu = total[-p:] / windows
+    centred = jnp.where(own[:, None], s - mu, 0.0)
+    cov = jax.lax.psum(centred.T @ centred, axis_name) / (windows - 1)
+    return total[:-p], mu, cov
+
+  mesh = jax.sharding.get_abstract_mesh()
+  rep = jax.sharding.PartitionSpec()
+  totals, mu, cov = jax.shard_map(local, mesh=mesh, in_specs=(rep, rep),
+                                  out_specs=(rep, rep, rep), axis_names={axis_name}
+                                  )(params, x)
+  alpha = settings.alpha
+
+  def coeff_terms(sums, count):     # (sparsity, smoothness) of one block, as the means
+    sums = sums / (count * p * p)
+    return (1.0 - alpha) * sums[0] + alpha * sums[1], sums[2]
+
+  sp_en, sm_en = coeff_terms(totals[:3], windows)
+  if settings.decoder:
+    recon = totals[3] / (targets * p)
+    sp_de, sm_de = coeff_terms(totals[4:7], targets)
+    sp_prev, sm_prev = coeff_terms(totals[7:10], targets)
+    sp = settings.lambda_encoder * sp_en + settings.lambda_decoder * (sp_de + sp_prev)
+    sm = settings.gamma_encoder * sm_en + settings.gamma_decoder * (sm_de + sm_prev)
+    kl = _kl(settings.kl_form, mu, *_jittered(cov))
+    return recon + sp + sm + settings.beta * kl
+  recon = totals[3] / (windows * p)
+  return recon + settings.lambda_encoder * sp_en + settings.gamma_encoder * sm_en
 
 
 # ------------------------------------------------------------------ training kernel

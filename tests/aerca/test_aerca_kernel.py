@@ -206,6 +206,42 @@ def test_windows_or_seeds_split_over_8_devices_train_as_on_one(num_seeds):
                              rtol=2e-5)
 
 
+@pytest.mark.parametrize("devices,length,lag,decoder,kl_form", [
+    (8, 40, 2, True, "code"),      # 36 targets: chunks of 5, the last device's padded
+    (8, 13, 1, True, "paper"),     # 11 targets, chunks of 2: the last two devices hold none
+    (2, 61, 3, False, "code"),     # encoder-only ablation: windows, not targets, counted
+    (3, 30, 1, True, "code"),      # K = 1: no lag smoothness
+])
+def test_split_series_loss_equals_the_one_device_loss_and_gradient(devices, length, lag,
+                                                                   decoder, kl_form):
+  """Each device's share of a series (overlapping encoder windows computed twice, counted
+  once; masked padding) sums to ``loss_fn``'s loss and gradient, jit over the mesh."""
+  nets = Networks(P, lag, HIDDEN, 2).for_training()
+  params = jax.jit(nets.init)(jax.random.key(3))
+  x = jnp.asarray(_series(1, length, seed=devices)[0])
+  settings = K.LossSettings(decoder=decoder, kl_form=kl_form)
+  mesh = distributed.make_mesh(devices=jax.devices()[:devices])
+  loss = lambda p, x: K.series_loss_value(nets, settings, p, x)
+  split = jax.jit(distributed.traced_on(mesh, jax.value_and_grad(loss)),
+                  in_shardings=distributed.replicated(mesh))
+  (value, grad), (ref, ref_grad) = split(params, x), jax.jit(jax.value_and_grad(
+      lambda p, x: K.loss_fn(nets, settings, p, x)[0]))(params, x)
+  assert "all-reduce" in split.lower(params, x).compile().as_text()   # it did split
+  no_mesh = [jax.jit(lambda p, x, f=f: f(nets, settings, p, x))(params, x)   # no mesh: loss_fn
+             for f in (K.split_series_loss, lambda *a: K.loss_fn(*a)[0])]
+  np.testing.assert_array_equal(*no_mesh)
+  np.testing.assert_allclose(value, ref, rtol=2e-6)
+  for a, b in zip(jax.tree.leaves(grad), jax.tree.leaves(ref_grad)):
+    np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6 * float(jnp.max(jnp.abs(b))))
+
+
+def test_split_series_loss_names_the_unsupported_smoothness():
+  nets = Networks(P, LAG, HIDDEN, 1).for_training()
+  with pytest.raises(ValueError, match="smooth_axis='time'"):
+    K.split_series_loss(nets, K.LossSettings(smooth_axis="time"), None,
+                        jnp.zeros((20, P)))
+
+
 def test_resume_equals_uninterrupted(trained, tmp_path):
   kern, _, _, _, result, _ = trained
   mesh = distributed.make_mesh()
