@@ -51,9 +51,10 @@ def ours_epoch(config, parts, num_seeds, mesh):
   """(compile seconds, a callable running ``epochs_per_step`` epochs, epochs_per_step, one
   epoch's :class:`timing.Cost`: XLA's counts, every scan by its trip count).
 
-  The program is compiled over ``mesh`` as ``train_loop.run`` compiles it (state
-  replicated, traced under the mesh: on several devices one seed splits its lag windows
-  over them, S seeds a multiple of the device count run S / devices seeds per device).
+  The program is compiled over ``mesh`` as ``train_loop.run`` compiles it (the config's
+  ``compiler_options``, state replicated, traced under the mesh: on several devices one
+  seed splits each series over them, S seeds a multiple of the device count run S /
+  devices seeds per device).
   Its cost is the one-device program's: the work, not the partitioner's padding.
   """
   nets = Networks(int(config.data.num_vars), int(config.model.lag),
@@ -66,7 +67,8 @@ def ours_epoch(config, parts, num_seeds, mesh):
                           out_shardings=rep)(jax.random.key(0))}
   start = time.perf_counter()
   step = jax.jit(distributed.traced_on(mesh, kern.train_step), in_shardings=(rep, None),
-                 out_shardings=(rep, rep)).lower(box["state"], None).compile()
+                 out_shardings=(rep, rep)).lower(box["state"], None).compile(
+                     compiler_options=settings.compiler_options)
   compile_s = time.perf_counter() - start
   per_step = int(config.optim.epochs_per_step)
   alone = jax.device_get(box["state"])
@@ -165,7 +167,7 @@ def main(argv=None):
   form = ("one after another (lax.map)" if blocks.members_in_sequence_by_default()
           else "batched under vmap")
   print(f"\nS seeds in one program, {form}: {len(os.sched_getaffinity(0))} core(s) over "
-        f"{jax.local_device_count()} device(s)")
+        f"{jax.local_device_count()} device(s); XLA options {config.compiler_options!r}")
   print(f"{'seeds':>6} {'compile s':>10} {'s/epoch':>18} {'x one seed':>11}")
   one, rows = None, []
   for num_seeds in [int(s) for s in args.seeds.split(",")]:

@@ -24,8 +24,8 @@ from jaxlib_papers.aerca import evaluate as ev
 from jaxlib_papers.aerca import kernel as K
 from jaxlib_papers.aerca.configs import default as default_config
 from jaxlib_papers.aerca.models import Networks
+from jaxlib_papers.core import compiler, results, stages
 from jaxlib_papers.core import config as config_lib
-from jaxlib_papers.core import results, stages
 
 VARIANTS = ("aerca", "paper_kl", "encoder_only")
 HISTORY_KEYS = ("step", "loss", "val_loss", "active_seeds")
@@ -36,6 +36,7 @@ class Settings(NamedTuple):
   loss: K.LossSettings
   train: K.TrainSettings
   max_epochs: int          # epochs (the stage's steps), a multiple of epochs_per_step
+  compiler_options: dict | None = None   # the train step's XLA options (core.compiler)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +129,8 @@ def settings_from_config(config: ml_collections.ConfigDict, variant: str = "aerc
   if max_epochs < 1 or max_epochs % train.epochs_per_step:
     raise ValueError("optim.max_epochs must be a positive multiple of "
                      f"optim.epochs_per_step ({train.epochs_per_step}); got {max_epochs}")
-  return Settings(loss_settings(config, variant), train, max_epochs)
+  return Settings(loss_settings(config, variant), train, max_epochs,
+                  compiler.named(config.get("compiler_options", "default")))
 
 
 def split(dataset: data_lib.Dataset, config) -> dict[str, np.ndarray]:
@@ -217,7 +219,8 @@ def variant_stage(nets: Networks, draws, variant: str, settings: Settings) -> st
   make = lambda _: K.make_train_kernel(nets, settings.loss, _stacked(draws, "fit"),
                                        _stacked(draws, "val"), settings.train)
   return stages.Stage(variant, make, num_steps=settings.max_epochs,
-                      steps_per_call=settings.train.epochs_per_step)
+                      steps_per_call=settings.train.epochs_per_step,
+                      compiler_options=settings.compiler_options)
 
 
 def evaluate_params(nets: Networks, params, draws, lag: int, eval_cfg) -> dict[str, Any]:

@@ -5,6 +5,7 @@ import pytest
 
 from jaxlib_papers.aerca import data, train
 from jaxlib_papers.aerca.configs.default import dataset_config
+from jaxlib_papers.core import compiler
 
 
 def _dataset(num_series, length=12, p=4):
@@ -20,6 +21,21 @@ def test_settings_are_read_once_per_variant():
   assert s.train.epochs_per_step == 3 and s.train.num_seeds == 2
   only = train.settings_from_config(config, "encoder_only")
   assert not only.loss.decoder and only.loss.beta == 0.0
+
+
+def test_the_train_steps_xla_options_come_from_the_config(monkeypatch):
+  """The nonlinear data set's GVARs train with XLA's Eigen dots (its config), the others
+  with the backend's defaults; the variant's stage carries the options; a bad name fails."""
+  monkeypatch.delenv("XLA_FLAGS", raising=False)
+  nonlinear = train.settings_from_config(dataset_config("nonlinear", "smoke"))
+  assert nonlinear.compiler_options == compiler.cpu_threaded_dots()
+  assert nonlinear.compiler_options is not None   # a CPU backend here
+  linear = train.settings_from_config(dataset_config("linear", "smoke"))
+  assert linear.compiler_options is None
+  stage = train.variant_stage(None, [], "aerca", nonlinear)
+  assert stage.compiler_options == nonlinear.compiler_options
+  with pytest.raises(ValueError, match="compiler_options"):
+    dataset_config("linear", "smoke", compiler_options="fast")
 
 
 @pytest.mark.parametrize("max_epochs", [0, 5])

@@ -56,13 +56,20 @@ _BASE = dict(
     eval=dict(max_k=10, pot_risk=1e-2, pot_level=0.98, star_ks=(1, 10, 100, 500)),
     # Cadence in steps, i.e. epochs; the number of steps is optim.max_epochs.
     loop=dict(log_every=100, checkpoint_every=1000000, quiet=False),
+    # XLA options of the compiled train step (core.compiler.named): "default", the
+    # backend's own, or "cpu_threaded_dots" (XLA:CPU: the matmuls to XLA's Eigen dot
+    # instead of YNNPACK's), which the nonlinear data set takes: its GVARs' [n, 50] x
+    # [50, 50] products, 1.11-1.16x an epoch on one core, one device on two cores and two
+    # devices; Lorenz-96 0.96x, linear 1.01x (seeds/aerca.md, "XLA's own dots"). No effect
+    # off CPU.
+    compiler_options="default",
 )
 
 # Official per-data-set settings (K, H, L, T, p, seeds of the args files).
 DATASET_DEFAULTS = {
     "linear": {"model.lag": 1, "model.layers": 1, "data.length": 500, "data.num_vars": 4},
     "nonlinear": {"model.lag": 5, "model.layers": 8, "data.length": 500,
-                  "data.num_vars": 6},
+                  "data.num_vars": 6, "compiler_options": "cpu_threaded_dots"},
     "lorenz96": {"model.lag": 1, "model.layers": 2, "data.length": 2000,
                  "data.num_vars": 20},
     "lotka_volterra": {"model.lag": 1, "model.layers": 2, "data.length": 1950,
@@ -110,6 +117,7 @@ CONSTRAINTS = {
     "eval.max_k": C.at_least(1), "eval.pot_risk": C.in_range(0.0, 1.0, low_open=True),
     "eval.pot_level": C.in_range(0.0, 1.0, low_open=True, high_open=True),
     "loop.log_every": C.at_least(1), "loop.checkpoint_every": C.at_least(1),
+    "compiler_options": C.one_of("default", "cpu_threaded_dots"),
 }
 
 
