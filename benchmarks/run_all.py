@@ -54,7 +54,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from jaxlib_papers.core import blocks, timing  # noqa: E402
+from jaxlib_papers.core import blocks, compiler, timing  # noqa: E402
 from jaxlib_papers.core.precision import enable_x64  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -78,6 +78,8 @@ class HotPath(NamedTuple):
     compiled: an already compiled program (then ``compile_seconds`` is its compile time).
     compile_seconds: see ``compiled``.
     describe: optional ``output -> str`` appended to the notes (e.g. convergence).
+    compiler_options: the XLA options the package compiles this program with (its
+      config's ``compiler_options``, ``core.compiler``); None: the backend's defaults.
   """
   fn: Callable[..., Any] | None
   args: tuple
@@ -88,6 +90,7 @@ class HotPath(NamedTuple):
   compiled: Any = None
   compile_seconds: float | None = None
   describe: Callable[[Any], str] | None = None
+  compiler_options: dict[str, Any] | None = None
 
 
 # --------------------------------------------------------------------------------- fsbm
@@ -224,6 +227,7 @@ def ocm_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
   from jaxlib_papers.ocm.configs import default
 
   config = default.get_config(preset)
+  options = compiler.named(config.compiler_options)   # the train steps' (ocm.train)
   m = config.model
   schedule = diffusion.make_schedule(config.schedule.kind, config.schedule.num_steps)
 
@@ -261,7 +265,8 @@ def ocm_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
     x0 = batch(int(config.dsm.batch_size))
     kern, state = dsm_state(model, x0[:2])
     return HotPath(kern.train_step, (state, x0), 1, "step",
-                   f"{config.data.name}, {describe_model()}, batch {x0.shape[0]}")
+                   f"{config.data.name}, {describe_model()}, batch {x0.shape[0]}",
+                   compiler_options=options)
 
   def heads_state(model, head, x0):
     _, backbone = dsm_state(model, x0[:2])
@@ -278,7 +283,7 @@ def ocm_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
     kern, state = heads_state(model, head, x0)
     return HotPath(kern.train_step, (state, x0), 1, "step",
                    f"heads {tuple(config.heads.names)}, {config.heads.num_probes} probe(s), "
-                   f"{describe_model()}, batch {x0.shape[0]}")
+                   f"{describe_model()}, batch {x0.shape[0]}", compiler_options=options)
 
   def sampling() -> HotPath:
     model, head, batch = networks()
@@ -538,7 +543,8 @@ def aerca_hot_paths(preset: str) -> dict[str, Callable[[], HotPath]]:
       return HotPath(lambda s: kern.train_step(s, None)[0], (state,), per_call * num_seeds,
                      "seed-epoch", f"nonlinear p={config.data.num_vars}, "
                      f"{len(parts['fit'])}+{len(parts['val'])} series, {num_seeds} seed(s)"
-                     + (f" ({form})" if num_seeds > 1 else "") + f", L={config.model.layers}")
+                     + (f" ({form})" if num_seeds > 1 else "") + f", L={config.model.layers}",
+                     compiler_options=settings.compiler_options)
     return build
 
   return {"epoch_1_seed": epochs(1), "epoch_8_seeds": epochs(8)}
@@ -742,7 +748,8 @@ def measure(method: str, name: str, preset: str, seconds: float) -> dict[str, An
   context = enable_x64 if hot.x64 else contextlib.nullcontext
   with context():
     if hot.compiled is None:
-      timed = timing.compile_and_time(hot.fn, *hot.args, repeats=0)
+      timed = timing.compile_and_time(hot.fn, *hot.args, repeats=0,
+                                      compiler_options=hot.compiler_options)
       compiled, compile_s = timed.compiled, timed.compile_seconds
     else:
       compiled, compile_s = hot.compiled, float(hot.compile_seconds)

@@ -267,41 +267,54 @@ def split_series_loss(nets: Networks, settings: LossSettings, params, x: jax.Arr
   if devices == 1:
     return loss_fn(nets, settings, params, x)[0]
   lag, (length, p) = nets.lag, x.shape
-  windows, targets = length - lag, length - 2 * lag          # N, M
-  chunk = -(-targets // devices)                              # c
+  chunk = -(-(length - 2 * lag) // devices)                  # c
   x = jnp.pad(x, ((0, devices * chunk + 2 * lag - length), (0, 0)))
-
-  def local(params, x):
-    d = jax.lax.axis_index(axis_name)
-    start = d * chunk
-    x_loc = jax.lax.dynamic_slice_in_dim(x, start, chunk + 2 * lag)   # [c + 2K, p]
-    x_windows = lag_windows(x_loc, lag)                                # [c + K, K, p]
-    preds, psi = nets.apply(params["encoder"], x_windows)
-    s = preds - x_loc[lag:]                                            # [c + K, p]
-    i = jnp.arange(chunk + lag)
-    own = (start + i < windows) & ((i < chunk) | (d == devices - 1))   # counted here
-    sums = [_coeff_sums(psi, own)]
-    if settings.decoder:
-      s_pred, phi = nets.apply(params["decoder"], lag_windows(s, lag))
-      prev_pred, phi_prev = nets.apply(params["decoder_prev"], x_windows[:chunk])
-      valid = start + jnp.arange(chunk) < targets
-      err = s_pred + s[lag:lag + chunk] + prev_pred - x_loc[2 * lag:2 * lag + chunk]
-      sums += [jnp.sum(jnp.where(valid[:, None], err * err, 0.0))[None],
-               _coeff_sums(phi, valid), _coeff_sums(phi_prev, valid)]
-    else:
-      sums.append(jnp.sum(jnp.where(own[:, None], s * s, 0.0))[None])
-    s_own = jnp.where(own[:, None], s, 0.0)
-    total = jax.lax.psum(jnp.concatenate(sums + [jnp.sum(s_own, axis=0)]), axis_name)
-    mu = total[-p:] / windows
-    centred = jnp.where(own[:, None], s - mu, 0.0)
-    cov = jax.lax.psum(centred.T @ centred, axis_name) / (windows - 1)
-    return total[:-p], mu, cov
-
-  mesh = jax.sharding.get_abstract_mesh()
+  share = functools.partial(_device_share, nets, settings, length, chunk, axis_name)
   rep = jax.sharding.PartitionSpec()
-  totals, mu, cov = jax.shard_map(local, mesh=mesh, in_specs=(rep, rep),
-                                  out_specs=(rep, rep, rep), axis_names={axis_name}
-                                  )(params, x)
+  totals, mu, cov = jax.shard_map(share, mesh=jax.sharding.get_abstract_mesh(),
+                                  in_specs=(rep, rep), out_specs=(rep, rep, rep),
+                                  axis_names={axis_name})(params, x)
+  return _loss_from_sums(settings, totals, mu, cov, length - lag, length - 2 * lag, p)
+
+
+def _device_share(nets: Networks, settings: LossSettings, length: int, chunk: int,
+                  axis_name: str, params, x: jax.Array):
+  """One device's part of :func:`split_series_loss` (inside its ``shard_map``): the
+  devices' summed term sums [10] (encoder-only: [4]), the residuals' mean [p] and their
+  unbiased covariance [p, p]; x [D c + 2K, p] is the zero-padded series."""
+  lag, p = nets.lag, x.shape[1]
+  windows, targets = length - lag, length - 2 * lag          # N, M
+  devices = jax.lax.axis_size(axis_name)
+  d = jax.lax.axis_index(axis_name)
+  start = d * chunk
+  x_loc = jax.lax.dynamic_slice_in_dim(x, start, chunk + 2 * lag)   # [c + 2K, p]
+  x_windows = lag_windows(x_loc, lag)                                # [c + K, K, p]
+  preds, psi = nets.apply(params["encoder"], x_windows)
+  s = preds - x_loc[lag:]                                            # [c + K, p]
+  i = jnp.arange(chunk + lag)
+  own = (start + i < windows) & ((i < chunk) | (d == devices - 1))   # counted here
+  sums = [_coeff_sums(psi, own)]
+  if settings.decoder:
+    s_pred, phi = nets.apply(params["decoder"], lag_windows(s, lag))
+    prev_pred, phi_prev = nets.apply(params["decoder_prev"], x_windows[:chunk])
+    valid = start + jnp.arange(chunk) < targets
+    err = s_pred + s[lag:lag + chunk] + prev_pred - x_loc[2 * lag:2 * lag + chunk]
+    sums += [jnp.sum(jnp.where(valid[:, None], err * err, 0.0))[None],
+             _coeff_sums(phi, valid), _coeff_sums(phi_prev, valid)]
+  else:
+    sums.append(jnp.sum(jnp.where(own[:, None], s * s, 0.0))[None])
+  s_own = jnp.where(own[:, None], s, 0.0)
+  total = jax.lax.psum(jnp.concatenate(sums + [jnp.sum(s_own, axis=0)]), axis_name)
+  mu = total[-p:] / windows
+  centred = jnp.where(own[:, None], s - mu, 0.0)
+  cov = jax.lax.psum(centred.T @ centred, axis_name) / (windows - 1)
+  return total[:-p], mu, cov
+
+
+def _loss_from_sums(settings: LossSettings, totals: jax.Array, mu: jax.Array,
+                    cov: jax.Array, windows: int, targets: int, p: int) -> jax.Array:
+  """:func:`loss_fn`'s loss from :func:`_device_share`'s sums: each mean is its sum over
+  the global count (N windows, M targets)."""
   alpha = settings.alpha
 
   def coeff_terms(sums, count):     # (sparsity, smoothness) of one block, as the means
@@ -309,16 +322,16 @@ def split_series_loss(nets: Networks, settings: LossSettings, params, x: jax.Arr
     return (1.0 - alpha) * sums[0] + alpha * sums[1], sums[2]
 
   sp_en, sm_en = coeff_terms(totals[:3], windows)
-  if settings.decoder:
-    recon = totals[3] / (targets * p)
-    sp_de, sm_de = coeff_terms(totals[4:7], targets)
-    sp_prev, sm_prev = coeff_terms(totals[7:10], targets)
-    sp = settings.lambda_encoder * sp_en + settings.lambda_decoder * (sp_de + sp_prev)
-    sm = settings.gamma_encoder * sm_en + settings.gamma_decoder * (sm_de + sm_prev)
-    kl = _kl(settings.kl_form, mu, *_jittered(cov))
-    return recon + sp + sm + settings.beta * kl
-  recon = totals[3] / (windows * p)
-  return recon + settings.lambda_encoder * sp_en + settings.gamma_encoder * sm_en
+  if not settings.decoder:
+    recon = totals[3] / (windows * p)
+    return recon + settings.lambda_encoder * sp_en + settings.gamma_encoder * sm_en
+  recon = totals[3] / (targets * p)
+  sp_de, sm_de = coeff_terms(totals[4:7], targets)
+  sp_prev, sm_prev = coeff_terms(totals[7:10], targets)
+  sp = settings.lambda_encoder * sp_en + settings.lambda_decoder * (sp_de + sp_prev)
+  sm = settings.gamma_encoder * sm_en + settings.gamma_decoder * (sm_de + sm_prev)
+  kl = _kl(settings.kl_form, mu, *_jittered(cov))
+  return recon + sp + sm + settings.beta * kl
 
 
 # ------------------------------------------------------------------ training kernel

@@ -46,20 +46,23 @@ def time_calls(compiled: Callable[..., Any], *args: Any, repeats: int = 1
   return seconds, output
 
 
-def compile_and_time(fn: Callable[..., Any], *args: Any, repeats: int = 1) -> Timing:
+def compile_and_time(fn: Callable[..., Any], *args: Any, repeats: int = 1,
+                     compiler_options: dict[str, Any] | None = None) -> Timing:
   """Compiles ``fn`` (jitted here unless it already is) for ``args``, then times it.
 
   Args:
     fn: a function or a ``jax.jit`` object.
     *args: the arguments (arrays, or pytrees of them).
     repeats: timed calls after compilation (>= 1; 0 only compiles).
+    compiler_options: XLA options for this program (``core.compiler``), as the package
+      compiles it; None: the backend's defaults.
 
   Returns:
     A :class:`Timing`.
   """
   jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
   start = time.perf_counter()
-  compiled = jitted.lower(*args).compile()
+  compiled = jitted.lower(*args).compile(compiler_options=compiler_options)
   compile_seconds = time.perf_counter() - start
   if int(repeats) == 0:
     return Timing(compiled, compile_seconds, [], None)

@@ -23,6 +23,19 @@ def test_compile_and_time_returns_the_programs_output_and_one_time_per_call():
     timing.time_calls(only_compiled.compiled, x, repeats=0)
 
 
+def test_compile_and_time_hands_the_programs_options_to_xla():
+  """The options reach XLA (a bad value is XLA's error) and keep the function."""
+  x = jnp.arange(6.0).reshape(2, 3)
+  fn = lambda a: jnp.tanh(a @ a.T)
+  plain = timing.compile_and_time(fn, x, repeats=1)
+  options = {"xla_cpu_experimental_ynn_fusion_type": ""}   # compiler.cpu_threaded_dots
+  threaded = timing.compile_and_time(fn, x, repeats=1, compiler_options=options)
+  np.testing.assert_allclose(threaded.output, plain.output, rtol=1e-6)
+  with pytest.raises(Exception, match="xla_cpu_experimental_ynn_fusion_type"):
+    timing.compile_and_time(fn, x, repeats=0,
+                            compiler_options={"xla_cpu_experimental_ynn_fusion_type": "x"})
+
+
 def test_spread_and_machine_line():
   assert timing.spread([3.0, 1.0, 2.0]) == "2.00 (1.00-3.00)"
   assert timing.spread([4.0, 1.0], 1, "x") == "2.5x (1.0-4.0)"  # median of an even count
