@@ -30,7 +30,9 @@ solves + 4 optimizer steps.
   400 particles, Euler dt 0.01, exact POT plans (``pure_callback``), one Adam step per
   interval, best-pass tracking; the gradient by reverse mode through the Euler steps
   (``jax.vjp`` of the scan), the OT plan outside differentiation. N seeds: the same program
-  under ``jax.vmap`` (the OT plans are solved one seed after the other on the host).
+  under ``jax.vmap`` (the batch's OT plans solved on the host's threads); with
+  ``--devices=D`` (D CPU devices, one per core) N seeds, a multiple of D, run N / D per
+  device, each device solving its own seeds' plans, as ``train_loop.run`` splits them.
 
 Both sides start from the same weights (our v and g copied into the official FNet; its s
 and d nets, evaluated by every FNet call but unused by stages 1-2, keep torch's init), and
@@ -79,7 +81,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from jaxlib_papers.core import datasets, timing  # noqa: E402
+from jaxlib_papers.core import datasets, distributed, timing  # noqa: E402
 from jaxlib_papers.ruot import data as data_lib  # noqa: E402
 from jaxlib_papers.ruot import kernel as K  # noqa: E402
 from jaxlib_papers.ruot import losses as L  # noqa: E402
@@ -106,8 +108,10 @@ def stage_settings(stage: str, args) -> K.FlowStageSettings:
 class Ours:
   """Our stage-1 and stage-2 kernels, compiled for 1 seed and for N vmapped seeds."""
 
-  def __init__(self, snaps: data_lib.Snapshots, args):
+  def __init__(self, snaps: data_lib.Snapshots, args, mesh):
     self.snaps = snaps
+    rep = distributed.replicated(mesh)
+    self.devices = mesh.size
     self.nets = make_networks(snaps.dim, args.width, DEPTH)
     self.seed_counts = sorted({1, *args.seeds})
     # Seed 0 of the N-seed run is the one-seed run (and the official side's weights).
@@ -121,15 +125,21 @@ class Ours:
         params = jax.tree.map(lambda a, n=n: a[:n], self.all_params)
         kern = K.make_flow_stage(self.nets, self.times, self.xs, params,
                                  stage_settings(stage, args))
-        state = jax.jit(kern.init)(jax.random.key(args.seed))
-        step = jax.jit(kern.train_step, donate_argnums=0)
+        # As train_loop.run compiles it: state replicated, traced under the mesh (N seeds,
+        # a multiple of the devices, run N / devices per device; one seed, one program).
+        state = jax.jit(distributed.traced_on(mesh, kern.init),
+                        out_shardings=rep)(jax.random.key(args.seed))
+        step = jax.jit(distributed.traced_on(mesh, kern.train_step), in_shardings=(rep, None),
+                       out_shardings=(rep, rep), donate_argnums=0)
         compiled = timing.compile_and_time(step, state, None, repeats=0)
         self.steps[stage, n] = compiled.compiled
         self.states[stage, n] = state
         self.compile_s[stage, n] = compiled.compile_seconds
-        # XLA's counts of one pass (the host's exact OT plans are not counted)
+        # XLA's counts of one pass of the one-device program (the work; the host's exact
+        # OT plans are not counted)
         self.costs[stage, n] = timing.program_cost(
-            kern.train_step, state, None, compiled=compiled.compiled).per(args.passes_per_call)
+            kern.train_step, jax.device_get(state), None,
+            compiled=compiled.compiled if mesh.size == 1 else None).per(args.passes_per_call)
     self.last_loss = {}
 
   def runner(self, stage: str, num_seeds: int):
@@ -362,6 +372,8 @@ def report(all_seconds: dict, ours: Ours, official: Official | None) -> None:
         ratio = timing.spread([n * o / u for o, u in zip(seconds["official"], values)], 2, "x")
       scale = timing.spread([u / b for u, b in zip(values, base)], 2, "x") if n > 1 else "-"
       side = "ours, 1 seed" if n == 1 else f"ours, {n} seeds vmapped"
+      if n > 1 and ours.devices > 1 and n % ours.devices == 0:
+        side += f", {n // ours.devices} per device"
       print(f"| {stage} | {side} | {timing.spread(values, 3)} | "
             f"{ours.compile_s[stage, n]:.1f} | "
             f"{ratio} | {scale} |")
@@ -591,7 +603,13 @@ def main():
                       help="the largest N's time goal, in multiples of one seed's (issue 40: 3)")
   parser.add_argument("--ratio_goal", type=float, default=6.0,
                       help="one seed's official / ours goal over stages 1-2 (issue 40: 6)")
+  parser.add_argument("--devices", type=int, default=1,
+                      help="CPU devices for ours (one per core: 2 here), as train_loop.run "
+                           "uses them: N seeds (a multiple of the count) run N / devices per "
+                           "device; one seed runs one program")
   args = parser.parse_args()
+  from launch import reproduce as launcher  # pylint: disable=g-import-not-at-top
+  launcher.benchmark_cpu_devices(args.devices)   # before jax starts its backend
   args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
   args.stages = [s for s in args.stages.split(",") if s.strip()]
   if not set(args.stages) <= set(STAGE_PASSES):
@@ -602,7 +620,7 @@ def main():
 
   snaps, csv_path, source = load_data(args)
   print(f"data: {source}; counts {snaps.counts.tolist()}", flush=True)
-  ours = Ours(snaps, args)
+  ours = Ours(snaps, args, distributed.make_mesh())
   official = None
   if args.official_dir:
     try:

@@ -190,10 +190,11 @@ def vmap_members(step: Step, *, batch_axis: int | None = None,
     rules, per_member: how per-member metrics become scalars (:func:`reduce_members`).
     reduce: False keeps the ``[R]`` metrics (for a caller that reduces them itself).
     split: split the member axis over the devices of the mesh the program is traced under
-      (``distributed.split``; ``train_loop.run`` traces under its mesh) when that many
-      devices divide R: each device runs its own members and nothing crosses devices
-      inside ``step``, whose own ``distributed.split`` calls are then no-ops. Otherwise,
-      and without a mesh of several devices, it changes nothing.
+      (``train_loop.run`` traces under its mesh) when that many devices divide R: each
+      device runs its own R / devices members (``distributed.per_device``, a ``shard_map``)
+      and nothing crosses devices inside ``step``, whose own ``distributed.split`` calls
+      are then no-ops; a host callback in ``step`` runs on each device for its own
+      members. Otherwise, and without a mesh of several devices, it changes nothing.
     sequential: run the members one after another (``lax.map`` over the member axis, each
       member by ``step`` itself) instead of batching them under ``vmap``; with ``split``,
       each device runs its own members one after another. The same function; the rounding
@@ -229,17 +230,10 @@ def vmap_members(step: Step, *, batch_axis: int | None = None,
     return jax.tree.map(lambda x: jnp.expand_dims(x, 0), (state, metrics))
 
   def split_members(state: PyTree, batch: PyTree) -> tuple[PyTree, Metrics]:
-    if sequential:   # each device's members in a loop of its own (no collectives)
-      def local(state, batch):
-        with distributed.axis_taken():
-          return in_sequence(state, batch)
-      return distributed.per_device(local, batch_axis)(state, batch)
-    state = jax.tree.map(distributed.split, state)
-    if batch_axis is not None:
-      batch = jax.tree.map(lambda x: distributed.split(x, batch_axis), batch)
-    with distributed.axis_taken():
-      state, metrics = vmapped(state, batch)
-    return jax.tree.map(distributed.split, state), metrics
+    def local(state, batch):   # one device's members, batched or in a loop; no collectives
+      with distributed.axis_taken():
+        return vmapped(state, batch)
+    return distributed.per_device(local, batch_axis)(state, batch)
 
   def members(state: PyTree, batch: PyTree) -> tuple[PyTree, Metrics]:
     leaves = jax.tree.leaves(state)

@@ -208,6 +208,11 @@ def per_device(fn: Callable[[Any, Any], Any], batch_axis: int | None = None,
   ``[R / devices, ...]`` part, and the outputs' leading axes are joined again. Nothing
   crosses devices unless ``fn`` asks for it. Call it while tracing under a mesh of several
   devices (:func:`split_count` > 1) whose device count divides the leading axis.
+
+  ``fn``'s values are taken as every device's own (no replication typing, ``check_vma``
+  off): a member's loop may start from a value all devices share (a stage's data) and carry
+  a per-device one (its params) on, which the typed ``shard_map`` rejects as a carry whose
+  type changes, and a gradient ``fn`` takes stays the device's own, never summed over them.
   """
   mesh = jax.sharding.get_abstract_mesh()
   if mesh.empty or axis_name not in mesh.axis_names:
@@ -216,4 +221,4 @@ def per_device(fn: Callable[[Any, Any], Any], batch_axis: int | None = None,
   batch_spec = (PartitionSpec() if batch_axis is None
                 else PartitionSpec(*([None] * batch_axis + [axis_name])))
   return jax.shard_map(fn, mesh=mesh, in_specs=(PartitionSpec(axis_name), batch_spec),
-                       out_specs=PartitionSpec(axis_name))
+                       out_specs=PartitionSpec(axis_name), check_vma=False)

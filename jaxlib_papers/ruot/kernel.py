@@ -372,7 +372,7 @@ def make_flow_stage(
 
   step = blocks.vmap_members(
       blocks.scan_steps(one_pass, settings.passes_per_step, metrics="last"),
-      rules={"loss": ("mean", "max")})
+      rules={"loss": ("mean", "max")}, split=True)
   return contract.train_kernel(init, lambda state, batch=None: step(state, None))
 
 
@@ -452,5 +452,5 @@ def make_score_stage(
   step = blocks.vmap_members(
       blocks.scan_steps(functools.partial(score_step, update, settings.total_steps),
                         settings.steps_per_call),
-      batch_axis=0, rules={"loss": ("mean", "max")})
+      batch_axis=0, rules={"loss": ("mean", "max")}, split=True)
   return contract.train_kernel(init, lambda state, batch=None: step(state, (x_start, x_end)))

@@ -7,6 +7,7 @@ import ot as pot
 import pytest
 import scipy.linalg
 
+from jaxlib_papers.core import distributed
 from jaxlib_papers.core.precision import enable_x64
 from jaxlib_papers.ruot import kernel as K
 from jaxlib_papers.ruot import losses as L
@@ -228,3 +229,44 @@ def test_flow_stage_jit_equals_eager_and_stops_at_total_passes(tiny_stage):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   assert not np.allclose(jax.tree.leaves(state.params["g"])[0],
                          jax.tree.leaves(final.params["g"])[0])
+
+
+def _eight_seed_kernel(stage: str, seeds: int):
+  nets = make_networks(2, width=8, depth=2)
+  params = jax.vmap(nets.init)(jax.random.split(jax.random.key(2), seeds))
+  rng = np.random.default_rng(5)
+  if stage == "flow":
+    xs = [(rng.normal(size=(n, 2)) + shift).astype(np.float32)
+          for n, shift in ((12, 0.0), (15, 0.3), (11, 0.6))]
+    return K.make_flow_stage(nets, [0.0, 1.0, 3.0], xs, params, K.FlowStageSettings(
+        trainable=("v", "g"), weights=K.FlowLossWeights(ot=0.1, mass=1.0), lr=1e-2,
+        total_passes=2, passes_per_step=2, dt=0.25, ot_kwargs=dict(method="exact")))
+  paired = tuple(rng.normal(size=(seeds, 2, 10, 2)).astype(np.float32) for _ in range(2))
+  return K.make_score_stage(nets, [0.0, 1.0, 3.0], paired, params, K.ScoreStageSettings(
+      lr=1e-2, total_steps=3, steps_per_call=3, sigma=0.25))
+
+
+@pytest.mark.parametrize("stage", ["flow", "score"])
+def test_seeds_split_over_devices_equal_one_device(stage):
+  """One seed per device under the mesh of every device (``vmap_members(split=True)``: a
+  ``shard_map``, each device's exact plans solved by its own host callback): every seed's
+  params and the metrics are the one-device program's, and each device holds one seed's
+  weights ([1, 8, 8] in XLA's program)."""
+  mesh = distributed.make_mesh()
+  if mesh.size < 2:
+    pytest.skip("needs several devices (the test suite fakes 8 CPU devices)")
+  kern = _eight_seed_kernel(stage, mesh.size)
+  state = jax.jit(kern.init)(jax.random.key(3))
+  rep = distributed.replicated(mesh)
+  split = jax.jit(distributed.traced_on(mesh, kern.train_step), in_shardings=(rep, None),
+                  out_shardings=rep).lower(state, None).compile()
+  assert "f32[1,8,8]" in split.as_text()
+  (got, got_m), (want, want_m) = split(state, None), jax.jit(kern.train_step)(state, None)
+  np.testing.assert_array_equal(np.asarray(got.step), np.asarray(want.step))
+  for a, b in zip(jax.tree.leaves(got.params), jax.tree.leaves(want.params), strict=True):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+  for name in want_m:
+    np.testing.assert_allclose(float(got_m[name]), float(want_m[name]), rtol=1e-5)
+  trained = "v" if stage == "flow" else "s"      # the stage trains something
+  assert any(not np.allclose(np.asarray(a), np.asarray(b)) for a, b in zip(
+      jax.tree.leaves(got.params[trained]), jax.tree.leaves(state.params[trained])))
