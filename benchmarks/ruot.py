@@ -32,7 +32,8 @@ solves + 4 optimizer steps.
   (``jax.vjp`` of the scan), the OT plan outside differentiation. N seeds: the same program
   under ``jax.vmap`` (the batch's OT plans solved on the host's threads); with
   ``--devices=D`` (D CPU devices, one per core) N seeds, a multiple of D, run N / D per
-  device, each device solving its own seeds' plans, as ``train_loop.run`` splits them.
+  device, each device solving its own seeds' plans, as ``train_loop.run`` splits them
+  (one seed runs on one device, the other cores free for its threads).
 
 Both sides start from the same weights (our v and g copied into the official FNet; its s
 and d nets, evaluated by every FNet call but unused by stages 1-2, keep torch's init), and
@@ -110,7 +111,6 @@ class Ours:
 
   def __init__(self, snaps: data_lib.Snapshots, args, mesh):
     self.snaps = snaps
-    rep = distributed.replicated(mesh)
     self.devices = mesh.size
     self.nets = make_networks(snaps.dim, args.width, DEPTH)
     self.seed_counts = sorted({1, *args.seeds})
@@ -125,11 +125,16 @@ class Ours:
         params = jax.tree.map(lambda a, n=n: a[:n], self.all_params)
         kern = K.make_flow_stage(self.nets, self.times, self.xs, params,
                                  stage_settings(stage, args))
-        # As train_loop.run compiles it: state replicated, traced under the mesh (N seeds,
-        # a multiple of the devices, run N / devices per device; one seed, one program).
-        state = jax.jit(distributed.traced_on(mesh, kern.init),
+        # As train_loop.run compiles it: state replicated, traced under the mesh, so N
+        # seeds, a multiple of the devices, run N / devices per device. Other counts (one
+        # seed) would run the same program on every device at once, each slowing the
+        # other's threads (one seed 12% slower on 2 CPU devices): they get device 0 alone.
+        where = mesh if n > 1 and n % mesh.size == 0 else distributed.make_mesh(
+            devices=mesh.devices.flatten()[:1].tolist())
+        rep = distributed.replicated(where)
+        state = jax.jit(distributed.traced_on(where, kern.init),
                         out_shardings=rep)(jax.random.key(args.seed))
-        step = jax.jit(distributed.traced_on(mesh, kern.train_step), in_shardings=(rep, None),
+        step = jax.jit(distributed.traced_on(where, kern.train_step), in_shardings=(rep, None),
                        out_shardings=(rep, rep), donate_argnums=0)
         compiled = timing.compile_and_time(step, state, None, repeats=0)
         self.steps[stage, n] = compiled.compiled
@@ -139,7 +144,7 @@ class Ours:
         # OT plans are not counted)
         self.costs[stage, n] = timing.program_cost(
             kern.train_step, jax.device_get(state), None,
-            compiled=compiled.compiled if mesh.size == 1 else None).per(args.passes_per_call)
+            compiled=compiled.compiled if where.size == 1 else None).per(args.passes_per_call)
     self.last_loss = {}
 
   def runner(self, stage: str, num_seeds: int):
@@ -606,7 +611,7 @@ def main():
   parser.add_argument("--devices", type=int, default=1,
                       help="CPU devices for ours (one per core: 2 here), as train_loop.run "
                            "uses them: N seeds (a multiple of the count) run N / devices per "
-                           "device; one seed runs one program")
+                           "device; one seed runs on one device")
   args = parser.parse_args()
   from launch import reproduce as launcher  # pylint: disable=g-import-not-at-top
   launcher.benchmark_cpu_devices(args.devices)   # before jax starts its backend
