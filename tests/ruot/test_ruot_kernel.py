@@ -231,7 +231,7 @@ def test_flow_stage_jit_equals_eager_and_stops_at_total_passes(tiny_stage):
                          jax.tree.leaves(final.params["g"])[0])
 
 
-def _eight_seed_kernel(stage: str, seeds: int):
+def _stage_of_seeds(stage: str, seeds: int):
   nets = make_networks(2, width=8, depth=2)
   params = jax.vmap(nets.init)(jax.random.split(jax.random.key(2), seeds))
   rng = np.random.default_rng(5)
@@ -255,7 +255,7 @@ def test_seeds_split_over_devices_equal_one_device(stage):
   mesh = distributed.make_mesh()
   if mesh.size < 2:
     pytest.skip("needs several devices (the test suite fakes 8 CPU devices)")
-  kern = _eight_seed_kernel(stage, mesh.size)
+  kern = _stage_of_seeds(stage, mesh.size)
   state = jax.jit(kern.init)(jax.random.key(3))
   rep = distributed.replicated(mesh)
   split = jax.jit(distributed.traced_on(mesh, kern.train_step), in_shardings=(rep, None),
