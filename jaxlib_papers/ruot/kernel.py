@@ -4,9 +4,10 @@
 ``core.contract.TrainKernel`` objects (``init``, ``train_step``) for ``core.stages``. A
 ``train_step`` is several passes or steps (``blocks.scan_steps``) of every seed
 (``blocks.vmap_members``: a leading seed axis on every state leaf, so N seeds train in one
-compiled program); the flow stages keep the params of their best pass
-(``blocks.keep_best``) and stage 3 is a ``blocks.gradient_step``. A flow pass walks the
-intervals between snapshots in one ``lax.scan`` (:func:`flow_pass`).
+compiled program, N / D on each of D devices when the launcher's mesh has D dividing N:
+``split=True``, each device solving its own seeds' exact plans); the flow stages keep the
+params of their best pass (``blocks.keep_best``) and stage 3 is a ``blocks.gradient_step``.
+A flow pass walks the intervals between snapshots in one ``lax.scan`` (:func:`flow_pass`).
 """
 
 from __future__ import annotations
@@ -337,7 +338,8 @@ def make_flow_stage(
   """Kernel of a particle-flow stage (stage 1: v, g; stage 2: v; stage 4: all, + energy/PINN).
 
   A train step is ``settings.passes_per_step`` passes (:func:`flow_pass`, scanned) of
-  every seed (vmapped), each pass scoring ``weights.ot * L_OT + weights.mass * L_mass``
+  every seed (vmapped; split over the devices of the mesh it is traced under when their
+  count divides the seeds), each pass scoring ``weights.ot * L_OT + weights.mass * L_mass``
   (+ energy, PINN, initial density when their weights are non-zero) per interval and
   keeping the params of the lowest last-interval OT loss (``state.best``).
 
