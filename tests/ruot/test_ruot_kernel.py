@@ -185,20 +185,26 @@ def test_score_matching_minimiser_is_bridge_score():
     assert float(off) > 1e-3
 
 
+def _stage_of_seeds(stage: str, seeds: int, key: int = 2, data_seed: int = 5):
+  """A small flow (stage 1's settings, exact host plans: a small compile) or score stage
+  of ``seeds`` seeds on generated data."""
+  nets = make_networks(2, width=8, depth=2)
+  params = jax.vmap(nets.init)(jax.random.split(jax.random.key(key), seeds))
+  rng = np.random.default_rng(data_seed)
+  if stage == "flow":
+    xs = [(rng.normal(size=(n, 2)) + shift).astype(np.float32)
+          for n, shift in ((12, 0.0), (15, 0.3), (11, 0.6))]
+    return K.make_flow_stage(nets, [0.0, 1.0, 3.0], xs, params, K.FlowStageSettings(
+        trainable=("v", "g"), weights=K.FlowLossWeights(ot=0.1, mass=1.0), lr=1e-2,
+        total_passes=2, passes_per_step=2, dt=0.25, ot_kwargs=dict(method="exact")))
+  paired = tuple(rng.normal(size=(seeds, 2, 10, 2)).astype(np.float32) for _ in range(2))
+  return K.make_score_stage(nets, [0.0, 1.0, 3.0], paired, params, K.ScoreStageSettings(
+      lr=1e-2, total_steps=3, steps_per_call=3, sigma=0.25))
+
+
 @pytest.fixture(scope="module")
 def tiny_stage():
-  nets = make_networks(2, width=8, depth=2)
-  params = jax.vmap(nets.init)(jax.random.split(jax.random.key(0), 2))
-  rng = np.random.default_rng(4)
-  xs = [rng.normal(size=(12, 2)).astype(np.float32),
-        (rng.normal(size=(15, 2)) + 0.3).astype(np.float32),
-        (rng.normal(size=(11, 2)) + 0.6).astype(np.float32)]
-  kern = K.make_flow_stage(
-      nets, [0.0, 1.0, 3.0], xs, params, K.FlowStageSettings(
-          trainable=("v", "g"), weights=K.FlowLossWeights(ot=0.1, mass=1.0),
-          optimizer="adam", lr=1e-2, total_passes=2, passes_per_step=2, dt=0.25,
-          ot_kwargs=dict(method="exact")))  # host plan: keeps this test's compile small
-  return kern
+  return _stage_of_seeds("flow", 2, key=0, data_seed=4)
 
 
 def test_flow_stage_jit_equals_eager_and_stops_at_total_passes(tiny_stage):
@@ -229,21 +235,6 @@ def test_flow_stage_jit_equals_eager_and_stops_at_total_passes(tiny_stage):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   assert not np.allclose(jax.tree.leaves(state.params["g"])[0],
                          jax.tree.leaves(final.params["g"])[0])
-
-
-def _stage_of_seeds(stage: str, seeds: int):
-  nets = make_networks(2, width=8, depth=2)
-  params = jax.vmap(nets.init)(jax.random.split(jax.random.key(2), seeds))
-  rng = np.random.default_rng(5)
-  if stage == "flow":
-    xs = [(rng.normal(size=(n, 2)) + shift).astype(np.float32)
-          for n, shift in ((12, 0.0), (15, 0.3), (11, 0.6))]
-    return K.make_flow_stage(nets, [0.0, 1.0, 3.0], xs, params, K.FlowStageSettings(
-        trainable=("v", "g"), weights=K.FlowLossWeights(ot=0.1, mass=1.0), lr=1e-2,
-        total_passes=2, passes_per_step=2, dt=0.25, ot_kwargs=dict(method="exact")))
-  paired = tuple(rng.normal(size=(seeds, 2, 10, 2)).astype(np.float32) for _ in range(2))
-  return K.make_score_stage(nets, [0.0, 1.0, 3.0], paired, params, K.ScoreStageSettings(
-      lr=1e-2, total_steps=3, steps_per_call=3, sigma=0.25))
 
 
 @pytest.mark.parametrize("stage", ["flow", "score"])
